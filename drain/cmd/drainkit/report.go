@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -193,6 +194,9 @@ func loadReport(path string) (*drain.Report, *lastreport.Unfinished, *supervisor
 func parseReport(name string, data []byte) (*drain.Report, *lastreport.Unfinished, *supervisorFacts, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(data, &top); err != nil {
+		if cutShort(data) {
+			return nil, nil, nil, fmt.Errorf("%s: cut short: the JSON ends at byte %d, inside its value (a copy cut off?)", name, len(data))
+		}
 		return nil, nil, nil, fmt.Errorf("%s: not a JSON object: %w", name, err)
 	}
 	var sup *supervisorFacts
@@ -218,6 +222,13 @@ func parseReport(name string, data []byte) (*drain.Report, *lastreport.Unfinishe
 	}
 	rep, unfinished, err := parseDrain(name, data)
 	return rep, unfinished, sup, err
+}
+
+// cutShort reports whether data is JSON that ends before its value does: a
+// file cut short, where "not a JSON object" sent the reader to the file's kind.
+func cutShort(data []byte) bool {
+	var v any
+	return errors.Is(json.NewDecoder(bytes.NewReader(data)).Decode(&v), io.ErrUnexpectedEOF)
 }
 
 // parseDrain reads data, a drain Report or a drain's unfinished account.

@@ -641,3 +641,23 @@ func TestReportOfTheSupervisorCountsTheSandboxesLostWithTheServer(t *testing.T) 
 	assert.Equal(t, exitOK, code, "the drain's account says what became of it: %s", out)
 	assert.NotContains(t, out, "with the server")
 }
+
+// Fault (row 1807): a Report cut short (a copy cut off: kubectl exec cat piped over a
+// dropped connection, a disk full under a plain cp) was refused as "not a JSON object:
+// unexpected end of JSON input", which it is (its start is one) and which sent the
+// operator to the file's kind, not to its end. It says the file was cut short, and
+// where, with exit status 2 as before.
+func TestReportCutShortSaysSo(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "sandboxd-clean.json"))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "cut.json")
+	require.NoError(t, os.WriteFile(path, data[:len(data)/2], 0o600))
+	code, out, errw := drainkit(t, "report", path)
+	require.Equal(t, exitUsage, code, out)
+	assert.Equal(t, fmt.Sprintf("drainkit report: %s: cut short: the JSON ends at byte %d, inside its value (a copy cut off?)\n", path, len(data)/2), errw)
+
+	path = filepath.Join(t.TempDir(), "list.json")
+	require.NoError(t, os.WriteFile(path, []byte(`[1, 2]`), 0o600))
+	_, _, errw = drainkit(t, "report", path)
+	assert.Contains(t, errw, path+": not a JSON object", "JSON of another shape is still named so")
+}
