@@ -31,11 +31,11 @@ again after their preserve (relisted: resumed, and preserved again) and how
 many of those were lost, and every sandbox that was lost, with why (IDs and
 errors are the server's words: their control characters are shown escaped,
 as \x1b). FILE is sandboxd's STATE_DIR/last-shutdown.json or
-the supervisor's -report file (its "drain" member is read, and the sandboxes
-it counts lost with a server that exited on its own, lost_with_server: those
-the drain's account lacks are listed and lost; a report with no drain whose
-server took sandboxes with it, dead in the preStop wait, lists them alone,
-exit status 1); "-" reads stdin.
+the supervisor's -report file (its "drain" member is read, with its exit code
+and note, and the sandboxes it counts lost with a server that exited on its
+own, lost_with_server: those the drain's account lacks are listed and lost;
+a report with no drain whose server took sandboxes with it, dead in the
+preStop wait, lists them alone, exit status 1); "-" reads stdin.
 
 With -svg OUT it also writes a timeline as SVG, which any browser opens: the
 phases as bands, one bar per sandbox from the start of its pause to its end
@@ -52,8 +52,9 @@ error, before SIGKILL); 1 when not: a sandbox lost, a teardown step that
 failed (such as a device daemon killed with a device live), the drain
 ended after SIGKILL, the pod's name (POD_NAME, POD_UID) not this pod's, so
 no deletion of it could be read (the summary says what went wrong: its
-Pod line says what the reads of the pod found, a static pod too), or the
-drain did
+Pod line says what the reads of the pod found, a static pod too), the
+supervisor's own exit code not 0 (its note says why: a device daemon gone
+before its teardown, a final sweep that could not list), or the drain did
 not finish: FILE is the account a server keeps while its drain runs
 ("unfinished": a SIGKILL or a crash came before the final Report), which
 the summary says with what was known when it was last written; 2 when FILE cannot be
@@ -99,7 +100,7 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitNoFit
 	}
 	lostWithServer := sup.outsideDrain(rep)
-	writeSummary(&out, rep, unfinished, *lostMax, len(lostWithServer))
+	writeSummary(&out, rep, unfinished, *lostMax, sup)
 	writeLostWithServer(&out, lostWithServer)
 	if _, err := stdout.Write(trimLines(out.Bytes())); err != nil {
 		fmt.Fprintf(stderr, "drainkit report: %v\n", err)
@@ -112,16 +113,36 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "drainkit report: -svg: %v\n", err)
 			// The summary is printed: a drain that went wrong still
 			// exits 1, which a script reads before an unwritten picture.
-			if rep.Err() != nil || unfinished != nil || len(lostWithServer) > 0 {
+			if rep.Err() != nil || unfinished != nil || len(lostWithServer) > 0 || sup.failed() {
 				return exitNoFit
 			}
 			return exitUsage
 		}
 	}
-	if rep.Err() != nil || unfinished != nil || len(lostWithServer) > 0 { // a drain that did not finish did not go as planned
+	// A drain that did not finish did not go as planned, nor one whose supervisor
+	// exited with a failure its drain's Report does not hold.
+	if rep.Err() != nil || unfinished != nil || len(lostWithServer) > 0 || sup.failed() {
 		return exitNoFit
 	}
 	return exitOK
+}
+
+// failed reports whether the supervisor exited with a failure (its note says
+// why); false for a drain Report read alone.
+func (f *supervisorFacts) failed() bool { return f != nil && f.ExitCode != 0 }
+
+// writeExit says the supervisor's exit code and note, when either says
+// anything: what it exited 1 for may be nothing its drain's Report holds (a
+// device daemon gone before its teardown, a final sweep that could not list).
+func (f *supervisorFacts) writeExit(w io.Writer) {
+	if f == nil || (f.ExitCode == 0 && f.Note == "") {
+		return
+	}
+	line := fmt.Sprintf("exit code %d", f.ExitCode)
+	if f.Note != "" {
+		line += ": " + oneLine(f.Note, 300)
+	}
+	fmt.Fprintf(w, "Supervisor   %s\n", line)
 }
 
 // supervisorFacts is what the supervisor's report (examples/supervisor's Report) says
@@ -393,9 +414,11 @@ func secs(d time.Duration) string {
 const century = 100 * 365 * 24 * time.Hour
 
 // writeSummary writes the text summary of rep, listing at most lostMax
-// lost sandboxes (0: all); its verdict counts lostWithServer more lost (a
-// supervisor's, in no preserve's account).
-func writeSummary(w io.Writer, rep *drain.Report, unfinished *lastreport.Unfinished, lostMax, lostWithServer int) {
+// lost sandboxes (0: all), and of what sup, a supervisor's report around it
+// (nil: none), says beside it: its exit code and note, and the sandboxes lost
+// with its server in no preserve's account, which the verdict counts.
+func writeSummary(w io.Writer, rep *drain.Report, unfinished *lastreport.Unfinished, lostMax int, sup *supervisorFacts) {
+	lostWithServer := len(sup.outsideDrain(rep))
 	b := rep.Budget
 	t0 := b.Start
 	fmt.Fprintf(w, "Termination  T0 %s (anchored by %s), grace %s\n", t0.UTC().Format("2006-01-02 15:04:05.000 MST"), anchor(string(b.Anchor)), b.Grace)
@@ -417,6 +440,7 @@ func writeSummary(w io.Writer, rep *drain.Report, unfinished *lastreport.Unfinis
 		}
 		fmt.Fprintf(w, "Verdict      %s%s\n", verdict(rep), more)
 	}
+	sup.writeExit(w)
 	writePod(w, rep)
 	if rep.Forced {
 		fmt.Fprintf(w, "Forced       at %s (SIGINT, Force or a cancelled context: remaining waits cut short)\n", rel(rep.ForcedAt, t0))

@@ -628,14 +628,14 @@ func TestReportOfTheSupervisorCountsTheSandboxesLostWithTheServer(t *testing.T) 
 	})
 	code, out, errw = drainkit(t, "report", path)
 	require.Equal(t, exitNoFit, code, "%s%s", out, errw)
-	assert.Contains(t, out, "\nVerdict      all 12 sandboxes preserved; finished 2.858s before SIGKILL; 1 more LOST with the server, in no preserve's account\n")
+	assert.Contains(t, out, "\nVerdict      all 12 sandboxes preserved; finished 2.858s before SIGKILL; 1 more LOST with the server, in no preserve's account\nSupervisor   exit code 1\n")
 	assert.Contains(t, out, "\nLost with the server (1)\n  sb-late\n")
 
 	// One the drain's account has (the server step gave it: not_started) is counted once.
 	path = edited(t, "supervisor-clean.json", func(doc *map[string]any) {
 		drainRep := (*doc)["drain"].(map[string]any)
 		id := drainRep["preserve"].(map[string]any)["entries"].([]any)[0].(map[string]any)["id"]
-		(*doc)["lost_with_server"], (*doc)["exit_code"] = []any{id}, 1
+		(*doc)["lost_with_server"] = []any{id} // exit code 0: the count alone (row 1808 reads the exit code)
 	})
 	code, out, _ = drainkit(t, "report", path)
 	assert.Equal(t, exitOK, code, "the drain's account says what became of it: %s", out)
@@ -660,4 +660,24 @@ func TestReportCutShortSaysSo(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(`[1, 2]`), 0o600))
 	_, _, errw = drainkit(t, "report", path)
 	assert.Contains(t, errw, path+": not a JSON object", "JSON of another shape is still named so")
+}
+
+// Fault (row 1808): the supervisor exits 1 for what its drain's Report does not hold
+// (a device daemon that exited on its own before its teardown, its devices no longer
+// served; a final sweep that could not list; a server that exited with a failure) and
+// says why in its note; report read the drain alone: exit 0, "all 12 sandboxes
+// preserved", the note unsaid. It now shows the supervisor's exit code and note, and
+// exits 1 when that exit code is not 0.
+func TestReportOfTheSupervisorSaysItsExitCodeAndNote(t *testing.T) {
+	const note = "the device daemon (-daemon) exited 0 on its own, before any teardown: its devices are not served"
+	path := edited(t, "supervisor-clean.json", func(doc *map[string]any) {
+		(*doc)["exit_code"], (*doc)["note"] = 1, note
+	})
+	code, out, errw := drainkit(t, "report", path)
+	require.Equal(t, exitNoFit, code, "%s%s", out, errw)
+	assert.Contains(t, out, "\nVerdict      all 12 sandboxes preserved; finished 2.858s before SIGKILL\nSupervisor   exit code 1: "+note+"\n")
+
+	code, out, _ = drainkit(t, "report", filepath.Join("testdata", "supervisor-clean.json"))
+	assert.Equal(t, exitOK, code)
+	assert.NotContains(t, out, "Supervisor", "exit code 0 and no note: nothing to say")
 }
