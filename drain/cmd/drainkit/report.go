@@ -653,8 +653,8 @@ func verdict(rep *drain.Report) string {
 
 // writePod says what the drain's reads of the pod found (Config.Pod): a
 // name that is not the pod's, which fails Report.Err; a static pod, whose
-// deletion the API server does not show, so that the budget stood on the
-// grace; a UID never known. It writes nothing for a pod read as itself, or
+// deletion the API server does not show, so that no deletion of its mirror
+// pod was taken for its own; a UID never known. It writes nothing for a pod read as itself, or
 // none read.
 func writePod(w io.Writer, rep *drain.Report) {
 	var lines []string
@@ -663,7 +663,7 @@ func writePod(w io.Writer, rep *drain.Report) {
 			drain.EnvPodName, drain.EnvPodUID, oneLine(rep.PodMismatch, 200)))
 	}
 	if rep.StaticPod {
-		lines = append(lines, "a static pod: the API server shows no deletion of it (the kubelet stops it when its manifest is removed, with its grace from SIGTERM); the budget stood on the grace")
+		lines = append(lines, "a static pod: the API server shows no deletion of it (the kubelet stops it when its manifest is removed, with its grace from SIGTERM): no deletion of its mirror pod was taken for its own")
 	}
 	if rep.PodUIDUnknown {
 		lines = append(lines, fmt.Sprintf("its UID never known (no %s, no read found the pod): a pod gone from the API server could not be told from a name it never had", drain.EnvPodUID))

@@ -553,7 +553,7 @@ func TestReportSaysWhatTheReadsOfThePodFound(t *testing.T) {
 	code, out, errw = drainkit(t, "report", path)
 	require.Equal(t, exitOK, code, errw)
 	assert.Contains(t, out, "\nVerdict      all 12 sandboxes preserved; finished 2.858s before SIGKILL\n")
-	assert.Contains(t, out, "\nPod          a static pod: the API server shows no deletion of it (the kubelet stops it when its manifest is removed, with its grace from SIGTERM); the budget stood on the grace\n")
+	assert.Contains(t, out, "\nPod          a static pod: the API server shows no deletion of it (the kubelet stops it when its manifest is removed, with its grace from SIGTERM): no deletion of its mirror pod was taken for its own\n")
 	assert.Contains(t, out, "\n             its UID never known (no POD_UID, no read found the pod): a pod gone from the API server could not be told from a name it never had\n")
 
 	// The account of an unfinished drain carries them too (row 1610).
