@@ -124,3 +124,36 @@ func TestPauseWhoseContextHadEndedSendsNothing(t *testing.T) {
 	assert.ErrorIs(t, err, pause.ErrGone, "deleted by its user: no pause of ours was out")
 	assert.Equal(t, int64(1), pauses.Load())
 }
+
+// A pause sent again after the server answered the one before 500 (its
+// snapshot failed; AgentENV resumes the VM and the Preserver retries) and
+// cut by the hard deadline while the server had it said only "no answer
+// before its context ended: ... context deadline exceeded": the Report's
+// entry, the log line and the supervisor's account lost the 500 that made
+// the Preserver send it again, as a listing's did before row 1710. The
+// entry names both:
+//
+//	0 s      pause: 500 snapshot failed
+//	~0.2 s   pause again (the Preserver's backoff): the server pauses, 10 s
+//	3 s      the phase deadline
+//	5 s      the hard deadline cuts it: TimedOut, "no answer" and the 500
+func TestPauseCutAfterAFailedOneNamesThatFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: 10 * time.Second, FailFirst: 1})
+		require.NoError(t, err)
+		sb, err := srv.Create(1024)
+		require.NoError(t, err)
+		src := inProcess(t, srv.Handler(), AgentENV())
+		p, err := pause.New(src, pause.Config{})
+		require.NoError(t, err)
+		rep := p.Run(ctxWithDeadline(t, 3*time.Second), time.Now().Add(5*time.Second))
+
+		e := entry(t, rep, sb.SandboxID)
+		assert.Equal(t, pause.TimedOut, e.Outcome)
+		assert.Equal(t, 2, e.Attempts)
+		assert.Contains(t, e.Error, "no answer before its context ended", "the attempt the deadline cut")
+		assert.Contains(t, e.Error, "500 Internal Server Error", "the answer that made the Preserver send it again")
+		assert.Contains(t, e.Error, "snapshot failed (injected)")
+		time.Sleep(10 * time.Second) // the server's pause ends
+	})
+}

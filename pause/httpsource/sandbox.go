@@ -222,8 +222,7 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error 
 		// with the pause, and a gone answer to a later one (the final
 		// sweep's) may be its failure's. Transient while ctx lasts; the
 		// Preserver reads ctx's end itself.
-		b.src.setFailedPause(b.id, err)
-		return err
+		return b.src.noAnswerTo(b.id, err)
 	case se.StatusCode == http.StatusConflict && !slices.Contains(gone, se.StatusCode) && b.src.cfg.retryConflict:
 		if conflictState(se.Body) == "paused" {
 			// Paused already: a server answering so is the one the API
@@ -387,6 +386,44 @@ func (b *sandbox) holdOff(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("httpsource: pause %s: waiting for Retry-After: %w (%w)", b.id, ctx.Err(), h.answer)
 	}
+}
+
+// A noAnswer is the error of a pause that got no answer, err (a connection
+// failure, the pause timeout, its context ending), sent after the server
+// answered an earlier pause of the same sandbox with a failure, before: a
+// 5xx (AgentENV's snapshot failed, the VM resumed) or a 409 naming a pause
+// in progress. That answer is why the pause was sent again, and what the
+// server said of the sandbox: said as err alone, a pause the hard deadline
+// cut read "no answer before its context ended: ... context deadline
+// exceeded" in the Report, and the 500 was lost (docs/faults.md row 1760).
+// It unwraps to err alone: the answer before is no answer to this pause.
+type noAnswer struct {
+	err    error
+	before *StatusError
+}
+
+func (e *noAnswer) Error() string {
+	return fmt.Sprintf("%v; the pause before it failed: %v", e.err, e.before)
+}
+
+func (e *noAnswer) Unwrap() error { return e.err }
+
+// noAnswerTo records err, a pause of the sandbox id that got no answer, as
+// its last failed pause, and returns it naming the failure answered to the
+// pause before it, if there was one (noAnswer).
+func (s *Source) noAnswerTo(id string, err error) error {
+	var before *StatusError
+	switch prev := s.failedPause(id).(type) {
+	case *StatusError:
+		before = prev
+	case *noAnswer:
+		before = prev.before
+	}
+	if before != nil {
+		err = &noAnswer{err: err, before: before}
+	}
+	s.setFailedPause(id, err)
+	return err
 }
 
 // setFailedPause records that a pause of the sandbox failed with err: a

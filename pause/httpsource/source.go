@@ -401,6 +401,12 @@ func (c Config) resolve() config {
 // other 4xx with Config.APIKey, is transient with Config.APIKeyFile, the
 // listing's and a pause's, while the file may yet get the server's new
 // key (see Config.APIKeyFile). errors.As finds the *StatusError in each.
+// A pause that gets no answer after the server answered an earlier pause
+// of the same sandbox with a 5xx, or a 409 naming a pause in progress,
+// names that answer in its error: the Report then says why the sandbox
+// was paused again, where a pause the deadline cut said "context deadline
+// exceeded" alone (errors.As does not find that answer: it is no answer to
+// this pause).
 //
 // A 2xx answer to a pause is the sandbox preserved, except 202 Accepted,
 // which says the pause has begun, not that it is done: the sandbox is
