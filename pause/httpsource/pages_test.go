@@ -1,9 +1,14 @@
 package httpsource
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -207,4 +212,78 @@ func TestListReturnsThePagesThatAnsweredWithTheError(t *testing.T) {
 	assert.True(t, rep.Incomplete)
 	require.Error(t, rep.Err())
 	assert.Contains(t, rep.Err().Error(), "503")
+}
+
+// Fault: a page after the first answered with a client error, the mark of
+// a page token the server no longer takes (expired: Kubernetes answers an
+// expired continue token 410 Gone, other APIs 400), was a permanent
+// listing error, as a wrong path or a refused key is: once a pass found
+// nothing new on page 1, the Preserver listed no more, and the sandboxes
+// of the pages after it were neither preserved nor in the Report. Page 1,
+// with the same path and key, was answered: only the token was refused,
+// and a listing made again from page 1 gets a new one. The listing is now
+// made again. In virtual time, a server whose continue tokens live 1 s
+// from their listing's start, and whose page 1 takes 1.5 s under load for
+// its first two listings:
+//
+//	0 s      page 1: a, b (1.5 s); page 2: 410, expired; a, b paused
+//	1.5 s    page 1: none running (1.5 s); page 2: 410, expired
+//	3 s+     page 1 at once; page 2: c, paused
+func TestListingWhosePageTokenExpiredIsMadeAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		listings := 0
+		paused := map[string]bool{}
+		running := func(ids ...string) string {
+			var out []string
+			for _, id := range ids {
+				if !paused[id] {
+					out = append(out, fmt.Sprintf(`{"id":%q,"state":"running"}`, id))
+				}
+			}
+			return "[" + strings.Join(out, ",") + "]"
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+			token := r.URL.Query().Get("continue")
+			if token == "" { // page 1: the token names the listing's start
+				mu.Lock()
+				listings++
+				loaded := listings <= 2
+				mu.Unlock()
+				start := time.Now()
+				if loaded {
+					time.Sleep(1500 * time.Millisecond)
+				}
+				w.Header().Set("X-Continue", strconv.FormatInt(start.UnixNano(), 10))
+				mu.Lock()
+				defer mu.Unlock()
+				fmt.Fprint(w, running("a", "b"))
+				return
+			}
+			if ns, _ := strconv.ParseInt(token, 10, 64); time.Since(time.Unix(0, ns)) > time.Second {
+				http.Error(w, `{"message":"the provided continue token has expired"}`, http.StatusGone)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprint(w, running("c"))
+		})
+		mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			paused[r.PathValue("id")] = true
+			w.WriteHeader(http.StatusNoContent)
+		})
+		src := inProcess(t, mux, Config{PageTokenHeader: "X-Continue", PageTokenParam: "continue"})
+		p, err := pause.New(src, pause.Config{})
+		require.NoError(t, err)
+		rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+
+		assert.Equal(t, 3, rep.Counts[pause.Preserved], "%+v", rep.Entries)
+		assert.False(t, rep.Incomplete, "a listing made again was complete: %s", rep.ListErr)
+		mu.Lock()
+		defer mu.Unlock()
+		assert.True(t, paused["c"], "the sandbox of page 2")
+	})
 }

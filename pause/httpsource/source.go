@@ -617,7 +617,10 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 // listing: AgentENV's GET /v2/sandboxes answering page 2 with a 503)
 // fails the listing, and List returns the sandboxes of the pages before
 // it with the error, as a pause.Lister does: a Preserver preserves them
-// and lists again, the error retried or not as it is classified.
+// and lists again, the error retried or not as it is classified. A client
+// error to a page after the first (but 401 and 403) refuses that page's
+// token, which may have expired: it is transient, so that the listing is
+// made again from page 1, where a wrong path's is permanent.
 func (s *Source) List(ctx context.Context) ([]pause.Sandbox, error) {
 	if !s.made() {
 		return nil, errNotMade
@@ -732,6 +735,9 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 			}
 			if err = s.keyRefusal(se, listChain); err == nil {
 				err = classify(se, nil) // a 404 here is a wrong path, not a gone sandbox
+				if page > 1 && tokenRefusal(se) {
+					err = fmt.Errorf("%w (page %d: the server refused its page token, expired most likely: the listing is to be made again from its first page)", se, page)
+				}
 			}
 		}
 		if err != nil {
@@ -765,6 +771,26 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 		}
 		tokens[next] = true
 		token = next
+	}
+}
+
+// tokenRefusal reports whether se, the answer to a page after the first,
+// refuses that page's token: a client error, but for a refused key (401,
+// 403: a key rotated between the pages is refused from page 1 on too)
+// and the ones already transient (408, 429). Page 1, with the same path
+// and key, was answered, so what the server refused is the token, which
+// may expire (Kubernetes answers an expired continue token 410 Gone, other
+// APIs 400): the error is transient, and a listing made again from page 1
+// gets a new one. Permanent, as a wrong path is, it ended the Preserver's
+// listing passes once page 1 showed nothing new, and the sandboxes of the
+// later pages were neither preserved nor in the Report (docs/faults.md
+// row 1761). AgentENV's tokens are cursors that do not expire.
+func tokenRefusal(se *StatusError) bool {
+	switch code := se.StatusCode; {
+	case code == http.StatusUnauthorized, code == http.StatusForbidden, transient(code):
+		return false
+	default:
+		return code >= 400 && code < 500
 	}
 }
 
