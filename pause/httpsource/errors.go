@@ -17,8 +17,8 @@ import (
 // A StatusError is a non-2xx answer from the server. Preserve and List
 // return it classified: wrapped in pause.ErrGone for a gone status (Preserve
 // only, and not after a 5xx answer to an earlier pause of the same sandbox,
-// see Source; a 404 from the list path is a wrong path, so List reports it
-// permanent), in backoff.Permanent for any other 4xx except 408 and 429, and
+// nor for a sandbox still listed running, see Source; a 404 from the list
+// path is a wrong path, so List reports it permanent), in backoff.Permanent for any other 4xx except 408 and 429, and
 // bare (transient) for 408, 429 and 5xx; List's answer to a page after the
 // first is transient for any 4xx but 401 and 403 (its page token refused,
 // see List). A 409 from Preserve is settled by

@@ -250,8 +250,29 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error 
 		if prev := b.src.failedPause(b.id); prev != nil {
 			return backoff.Permanent(lostAfter(b.id, prev, se))
 		}
+		if err := b.stillListed(ctx, se); err != nil {
+			return err
+		}
 	}
 	return classify(se, gone)
+}
+
+// stillListed returns the transient error of se, a gone answer to the
+// pause of a sandbox the listing still shows running, or nil when it no
+// longer does (gone), or cannot say (its listing failed: the answer
+// stands). A pause path the server does not have (a typo, a proxy that
+// routes only the listing) answers every pause 404: taken for gone, every
+// sandbox was vanished, listed running at every pass, and the Report said
+// none lost while SIGKILL took them all (docs/faults.md row 1763). A
+// sandbox being deleted (AgentENV lists one being killed running) is gone
+// at a retry, once the listing no longer shows it.
+func (b *sandbox) stillListed(ctx context.Context, se *StatusError) error {
+	ids, err := b.src.RunningIDs(ctx)
+	if err != nil || !slices.Contains(ids, b.id) {
+		return nil
+	}
+	return fmt.Errorf("%w (yet still listed running: not gone; a pause path the server does not have, Config.PausePath %q, or a sandbox being deleted: retry)",
+		se, b.src.cfg.pausePath)
 }
 
 // lostAfter is the error of a gone answer se to a pause of the sandbox id

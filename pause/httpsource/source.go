@@ -390,7 +390,10 @@ func (c Config) resolve() config {
 // that no pause succeeded since: a server that removes a sandbox whose pause failed
 // (AgentENV, when the VM cannot be put back) has lost it, so that gone
 // status is a permanent error, the sandbox Failed in the Report, never
-// Vanished; 408, 429, 5xx and connection errors are transient;
+// Vanished; nor is a gone status for a sandbox a listing made then still
+// shows running (a pause path the server does not have answers every
+// pause 404): it is transient, and its error names Config.PausePath;
+// 408, 429, 5xx and connection errors are transient;
 // any other 4xx is wrapped in backoff.Permanent. A 409 Conflict is settled
 // by listing again: no longer listed running means pause.ErrGone (already
 // paused or gone), still listed running means transient (a state the

@@ -215,6 +215,48 @@ func TestGoneStatusIsConfigurable(t *testing.T) {
 	assert.ErrorIs(t, err, pause.ErrGone)
 }
 
+// Fault: a pause answered 404 (or 410) was the sandbox gone whatever the
+// server still listed: a pause path the server does not have (a
+// -pause-path typo, a proxy in front that routes only the listing), whose
+// 404 every pause gets, made every sandbox vanished, listed running at
+// every pass, and the Report said none lost, Err nil, while SIGKILL took
+// them all. A gone answer for a sandbox the listing still shows running is
+// now no gone sandbox: transient (a sandbox being deleted, which AgentENV
+// lists running while it is killed, is gone at a retry), its error naming
+// the pause path; one the listing no longer shows is gone, as before. In
+// virtual time, a Run of 20 s:
+//
+//	0 s    list: a, b running; POST /sandbox/{id}/pause: 404 page not found
+//	20 s   the phase's end: a and b failed, lost, the 404 and the path named
+func TestPauseAnsweredGoneWhileListedRunningIsNotGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, `[{"id":"a","state":"running"},{"id":"b","state":"running"}]`)
+		})
+		mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, `{"message":"sandbox not found"}`, http.StatusNotFound) // c: deleted since it was listed
+		})
+		src := inProcess(t, mux, Config{PausePath: "/sandbox/{id}/pause"}) // not the server's: Go's 404 page
+		p, err := pause.New(src, pause.Config{})
+		require.NoError(t, err)
+		rep := p.Run(ctxWithDeadline(t, 20*time.Second), time.Time{})
+
+		assert.Equal(t, 2, rep.Lost(), "%+v", rep.Entries)
+		require.Error(t, rep.Err())
+		for _, id := range []string{"a", "b"} {
+			e := entry(t, rep, id)
+			assert.Equal(t, pause.Failed, e.Outcome, "%s: listed running at every pass: %s", id, e.Error)
+			assert.Contains(t, e.Error, "404 Not Found")
+			assert.Contains(t, e.Error, "still listed running")
+			assert.Contains(t, e.Error, `"/sandbox/{id}/pause"`)
+		}
+
+		gone := inProcess(t, mux, Config{}).Sandbox("c").Preserve(t.Context())
+		assert.ErrorIs(t, gone, pause.ErrGone, "a 404 for a sandbox no longer listed: gone")
+	})
+}
+
 func TestPreservePathEscapesTheID(t *testing.T) {
 	var got string
 	mux := http.NewServeMux()
