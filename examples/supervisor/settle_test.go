@@ -466,3 +466,42 @@ func TestSweepWaitForAPauseItGaveUpOnKeepsToRetryAfter(t *testing.T) {
 		assert.Equal(t, 2*time.Second, time.Since(start))
 	})
 }
+
+// Fault: a sandbox the preserve phase could not pause (AgentENV answering
+// its pauses 500 to the end) that the final sweep did not start (force
+// mode sends no pause; or its time ran out first) had its entry replaced
+// by the sweep's: "force mode: no new pause is sent", and the 500 that
+// kept it running was gone from the Report, which blamed the second
+// SIGTERM alone. The sweep's not_started entry of such a sandbox now
+// keeps why the preserve phase could not pause it, in virtual time:
+//
+//	0 s      SIGTERM (grace 100 s): 2 running; one's pauses answered 500,
+//	         retried; the other paused in 1 s
+//	5 s      second SIGTERM: no retry starts; the 500 is its entry's error
+//	5 s+     server step: the forced sweep lists it running, not_started
+func TestForcedSweepKeepsWhyThePreservePhaseCouldNotPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, ids := agentenvDouble(t, 2, fakeagentenv.Config{PauseBase: time.Second})
+		failing, api := "/sandboxes/"+ids[0]+"/pause", srv.Handler()
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == failing {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusInternalServerError)
+				_, _ = io.WriteString(w, `{"code":500,"message":"sandbox operation Pause failed: persistence unavailable"}`)
+				return
+			}
+			api.ServeHTTP(w, r)
+		})
+
+		rep := drainBeforeSIGTERM(t, &http.Client{Transport: handlerTransport{h}}, hooks{forceAfter: 5 * time.Second}, "-grace", "100s")
+
+		assert.True(t, rep.Forced)
+		require.NotNil(t, rep.Preserve)
+		e := entries(rep.Preserve)[ids[0]]
+		assert.Equal(t, pause.NotStarted, e.Outcome, e.Error)
+		assert.Contains(t, e.Error, "force mode", "why the sweep sent none")
+		assert.Contains(t, e.Error, "500 Internal Server Error", "why it still ran")
+		assert.Contains(t, e.Error, "persistence unavailable")
+		assert.Equal(t, pause.Preserved, entries(rep.Preserve)[ids[1]].Outcome)
+	})
+}
