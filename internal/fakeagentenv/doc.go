@@ -19,7 +19,8 @@
 //     durable, and at once for a sandbox already paused; a request for a
 //     sandbox being paused joins that pause and answers its outcome (204,
 //     or 409 when it failed and the sandbox runs again); 409 while the
-//     sandbox is resuming or snapshotting (Snapshot) or forking (Fork); 404 unknown; 500 for
+//     sandbox is resuming or snapshotting (Snapshot) or forking (Fork); 404 unknown, or
+//     being deleted (BeginDelete: killing, listed as running); 500 for
 //     an injected failure, recoverable (the sandbox stays running) or
 //     terminal (the sandbox is removed, and answers 404 from then on).
 //     Pause time grows with memoryMB. Config.ConflictWhenPaused answers

@@ -178,6 +178,34 @@ func TestPauseJoinsAPauseInProgressAndIsIdempotent(t *testing.T) {
 	assert.Equal(t, 2, srv.Stats().Conflicts)
 }
 
+// A sandbox being deleted is killing, as in AgentENV's delete_sandbox:
+// listed running without a filter, not under state=running, and its
+// pause answered 404, as AgentENV's pause_sandbox answers one being
+// killed; gone once its deletion is done.
+func TestASandboxBeingDeletedIsListedRunningAndItsPauseIs404(t *testing.T) {
+	srv, err := fakeagentenv.New(fakeagentenv.Config{})
+	require.NoError(t, err)
+	sb, err := srv.Create(1024)
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+
+	done, err := srv.BeginDelete(sb.SandboxID)
+	require.NoError(t, err)
+	_, all := do(t, http.MethodGet, ts.URL+"/v2/sandboxes", "")
+	require.Len(t, all, 1)
+	assert.Equal(t, fakeagentenv.Running, all[0].State, "unfiltered, a sandbox being killed shows as running")
+	_, running := do(t, http.MethodGet, ts.URL+"/v2/sandboxes?state=running", "")
+	assert.Empty(t, running, "not under state=running")
+	resp, _ := do(t, http.MethodPost, ts.URL+"/sandboxes/"+sb.SandboxID+"/pause", "")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	assert.Equal(t, fakeagentenv.Killing, srv.States()[sb.SandboxID])
+
+	done()
+	_, all = do(t, http.MethodGet, ts.URL+"/v2/sandboxes", "")
+	assert.Empty(t, all, "gone once deleted")
+}
+
 func TestOnlyPausedSandboxesSurviveARestart(t *testing.T) {
 	dir := t.TempDir()
 	srv, err := fakeagentenv.New(fakeagentenv.Config{StateDir: dir})

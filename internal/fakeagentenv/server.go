@@ -19,9 +19,9 @@ import (
 
 // Sandbox states. The API shows only running and paused
 // (src/api/impls/sandbox.rs maps pausing, snapshotting and forking to
-// paused, every other state to running); pausing, resuming, snapshotting
-// and forking are the transitional states a pause, a resume, a snapshot
-// and a fork pass through.
+// paused, every other state to running); pausing, resuming, snapshotting,
+// forking and killing are the transitional states a pause, a resume, a
+// snapshot, a fork and a deletion pass through.
 const (
 	Running      = "running"
 	Pausing      = "pausing"
@@ -29,6 +29,7 @@ const (
 	Resuming     = "resuming"
 	Snapshotting = "snapshotting"
 	Forking      = "forking"
+	Killing      = "killing"
 )
 
 // shown is the state the API shows for an internal state.
@@ -283,6 +284,28 @@ func (s *Server) Snapshot(id string) (done func(), err error) {
 	return s.transition(id, Running, Snapshotting)
 }
 
+// BeginDelete starts the deletion of a sandbox, as DELETE
+// /sandboxes/{sandboxID} does (AgentENV's delete_sandbox: its VM is
+// stopped, 3 s then SIGKILL, before its record goes): the sandbox is
+// killing (listed as running without a state filter, not under
+// state=running; a pause answers 404, as AgentENV's pause_sandbox does for
+// a sandbox being killed) until done is called, and gone after.
+func (s *Server) BeginDelete(id string) (done func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sbx[id]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("fakeagentenv: sandbox %s not found", id)
+	case sb.State == Killing:
+		return nil, fmt.Errorf("fakeagentenv: sandbox %s is being deleted already", id)
+	}
+	sb.State = Killing
+	s.broadcastLocked()
+	var once sync.Once
+	return func() { once.Do(func() { s.Remove(id) }) }, nil
+}
+
 // Fork starts a fork of a running sandbox, as POST
 // /sandboxes/{sandboxID}/fork does: the sandbox is forking (listed as
 // paused, not under state=running; a pause answers 409) until done is
@@ -349,7 +372,7 @@ func (s *Server) Stats() Stats {
 //	POST /sandboxes/{sandboxID}/pause 204 paused (also already, or by the pause it joined);
 //	                                  409 resuming, snapshotting, forking, or the joined pause failed
 //	                                  or outlasted TransitionWait;
-//	                                  404 unknown; 500 on FailFirst, FailTerminal
+//	                                  404 unknown or being deleted; 500 on FailFirst, FailTerminal
 //	POST /sandboxes/{sandboxID}/resume 204; 409 not paused; 503 while shutting down
 //	DELETE /sandboxes/{sandboxID}     204; 404 unknown
 func (s *Server) Handler() http.Handler {
@@ -591,7 +614,7 @@ func (s *Server) beginPause(id string) (time.Duration, int, string) {
 		case !left: // AgentENV's wait_for_transition gives up after 60 s
 			s.conflicts++
 			return 0, http.StatusConflict, "sandbox cannot be paused from " + Pausing + " state"
-		case st == "":
+		case st == "" || st == Killing: // AgentENV's join_concurrent_pause: SandboxNotFound
 			return 0, http.StatusNotFound, "sandbox " + id + " not found"
 		case st == Paused:
 			return 0, http.StatusNoContent, ""
@@ -603,6 +626,8 @@ func (s *Server) beginPause(id string) (time.Duration, int, string) {
 	switch sb.State {
 	case Paused:
 		return 0, http.StatusNoContent, ""
+	case Killing: // AgentENV's pause_sandbox: "sandbox is being deleted while pausing"
+		return 0, http.StatusNotFound, "sandbox " + id + " not found"
 	case Running:
 	default:
 		s.conflicts++
@@ -698,7 +723,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case s.shutdown:
 		apiError(w, http.StatusServiceUnavailable, errShuttingDown.Error())
-	case !ok:
+	case !ok, sb.State == Killing: // AgentENV's resume_sandbox: a sandbox being killed is not found
 		apiError(w, http.StatusNotFound, "sandbox "+id+" not found")
 	case sb.State != Paused:
 		apiError(w, http.StatusConflict, "sandbox "+id+" is "+sb.State+", not paused")

@@ -384,6 +384,36 @@ func TestAgentENVGoneAfterARecoveredPauseIsVanished(t *testing.T) {
 	assert.ErrorIs(t, sb.Preserve(t.Context()), pause.ErrGone)
 }
 
+// Row 1763's rule beside a deletion: AgentENV lists a sandbox being
+// deleted (killing) as running and answers its pause 404, so the 404 is
+// retried while the listing shows it; once the deletion is done it is
+// gone, vanished, not lost. In virtual time:
+//
+//	0 s    the user's deletion begins: killing, listed running
+//	0 s    pause: 404, still listed running: retried
+//	3 s    deleted: the next retry's 404, no longer listed: vanished
+func TestAgentENVSandboxBeingDeletedIsVanishedNotLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := fakeagentenv.New(fakeagentenv.Config{})
+		require.NoError(t, err)
+		sb, err := srv.Create(1024)
+		require.NoError(t, err)
+		src := inProcess(t, srv.Handler(), AgentENV())
+		deleted, err := srv.BeginDelete(sb.SandboxID)
+		require.NoError(t, err)
+		time.AfterFunc(3*time.Second, deleted)
+
+		p, err := pause.New(src, pause.Config{})
+		require.NoError(t, err)
+		rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+
+		e := entry(t, rep, sb.SandboxID)
+		assert.Equal(t, pause.Vanished, e.Outcome, e.Error)
+		assert.Greater(t, e.Attempts, 1, "retried while it was listed running")
+		assert.Zero(t, rep.Lost())
+	})
+}
+
 // The research note reads AgentENV's API spec as answering 409 to the
 // pause of a sandbox already paused or being paused ("list again");
 // AgentENV's code answers 204 and joins the pause in progress. Under the
