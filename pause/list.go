@@ -50,9 +50,11 @@ func (r *run) list() ([]Sandbox, error) {
 	var prev error
 	for {
 		list, err := r.listOnce()
-		if prev != nil && len(list) == 0 && (errors.Is(err, errListAbandoned) || r.ctx.Err() != nil) {
+		if prev != nil && err != nil && len(list) == 0 && (errors.Is(err, errListAbandoned) || r.ctx.Err() != nil) {
 			// An attempt abandoned or cut by the Run's end (a server slow
-			// to answer under load) says nothing of why listing fails.
+			// to answer under load) says nothing of why listing fails. One
+			// that answered, "none", as the Run ended is not cut: the
+			// listing succeeded.
 			return nil, cutAfter(err, prev)
 		}
 		if err == nil || len(list) > 0 || errors.Is(err, errListAbandoned) || r.ctx.Err() != nil || r.permanent(err) {

@@ -711,3 +711,37 @@ func TestAListingCutByThePhaseEndKeepsTheFailureBeforeIt(t *testing.T) {
 		})
 	}
 }
+
+// A listing made again after one that failed, whose answer (the node has
+// no sandboxes) comes in as the Run's context ends (a drain forced as the
+// server answers), succeeded: the Run knows the node, and its Report says
+// so. Row 1710's naming of the failure before a cut listing took the
+// empty answer, with no error, for a cut one.
+//
+//	0 s   listing: 503
+//	1 s   listing again (back-off 1 s): "none", as the Run is forced
+//	1 s   Report: not Unknown, no listing error
+func TestAnEmptyListingAnsweredAsTheRunEndsAfterAFailureSucceeded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, force := context.WithTimeout(t.Context(), 10*time.Second)
+		defer force()
+		var calls atomic.Int32
+		lister := pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			if calls.Add(1) == 1 {
+				return nil, errors.New("list: 503 Service Unavailable")
+			}
+			force()
+			return nil, nil
+		})
+		p, err := pause.New(lister, pause.Config{BackOff: constant(time.Second)})
+		require.NoError(t, err)
+		start := time.Now()
+		rep := p.Run(ctx, time.Time{})
+		assert.Equal(t, time.Second, time.Since(start))
+		assert.Equal(t, int32(2), calls.Load(), "listed again")
+		assert.False(t, rep.Unknown, "a listing succeeded: the node has no sandboxes")
+		assert.Empty(t, rep.ListErr)
+		assert.NoError(t, rep.Err())
+		assert.Empty(t, rep.Entries)
+	})
+}
