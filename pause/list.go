@@ -185,7 +185,8 @@ func hedgeAfter(start, end time.Time) time.Duration {
 }
 
 // callList calls the Lister once and turns a panic into an error (logged
-// with its stack), which is retried like any other.
+// with its stack), which is retried like any other, and a typed nil error
+// into a permanent one (nilInError).
 func (r *run) callList() (list []Sandbox, err error) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -194,7 +195,8 @@ func (r *run) callList() (list []Sandbox, err error) {
 				slog.String("error", err.Error()), slog.String("stack", string(debug.Stack())))
 		}
 	}()
-	return r.p.list.List(r.ctx)
+	list, err = r.p.list.List(r.ctx)
+	return list, nilInError(err, "the Lister", "the listing failed after the sandboxes it gave, and is not made again")
 }
 
 // permanent reports whether err must not be retried. A Config.Permanent

@@ -16,7 +16,9 @@ type Sandbox interface {
 	// process. It should return when ctx is done; one that does not is
 	// abandoned at the hard deadline and reported TimedOut. It returns
 	// ErrGone (possibly wrapped) when the sandbox no longer exists or is
-	// already preserved.
+	// already preserved. A typed nil error (a nil *T returned as an
+	// error) is not a nil one: the sandbox ends Failed at once, not
+	// retried, its error naming the type.
 	//
 	// ctx.Deadline() is when ctx ends at the latest, so a Preserve can
 	// size its work by it (a request's timeout, a cheaper checkpoint when
@@ -124,6 +126,9 @@ var ErrGone = errors.New("pause: sandbox gone or already preserved")
 // Report.Unknown is left for a Run whose failed listings gave no sandbox.
 // A List that returns an error with no sandbox, or with sandboxes it is not
 // sure of (drop them), is a failed listing, retried within the time left.
+// A typed nil error (a nil *T returned as an error) is not a nil one: the
+// listing failed, after the sandboxes returned with it, and is not
+// retried.
 //
 // A listing error may say when to list again: one with a method RetryAt()
 // time.Time in its chain (errors.As) that returns a time (an HTTP

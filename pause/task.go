@@ -425,7 +425,8 @@ func (t *task) retryWait(r *run, ctx context.Context, d time.Duration, err error
 }
 
 // call runs one attempt of the Preserve of sb, whose ID is id, and turns a
-// panic into an error and its stack.
+// panic into an error and its stack, and a typed nil error into a
+// permanent one (nilInError).
 func call(ctx context.Context, sb Sandbox, id string) (stack string, err error) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -433,7 +434,26 @@ func call(ctx context.Context, sb Sandbox, id string) (stack string, err error) 
 			stack = string(debug.Stack())
 		}
 	}()
-	return "", sb.Preserve(ctx)
+	if err = sb.Preserve(ctx); err != nil && isNilValue(err) { // its name is made only then: no allocation per sandbox
+		err = nilInError(err, "Preserve of "+id, "not counted preserved, and not retried")
+	}
+	return "", err
+}
+
+// nilInError returns err, or, when err is a typed nil (a nil pointer, map
+// or func in a non-nil error: a client's *StatusError returned as an
+// error when the server answered 200, Go's FAQ "Why is my nil error value
+// not equal to nil?"), a permanent error that says so: who returned it
+// and what becomes of it. Such an error's methods dereference nothing
+// that is there: its Error or Unwrap, called by errors.Is on a worker
+// or by the Report, panicked outside any recover and ended the process
+// mid-drain with every sandbox not yet preserved. It is no answer that a
+// retry would change, and whether its author meant none is not known.
+func nilInError(err error, who, then string) error {
+	if err == nil || !isNilValue(err) {
+		return err
+	}
+	return backoff.Permanent(fmt.Errorf("pause: %s returned a nil %T as its error, which is not a nil error: %s", who, err, then))
 }
 
 // endSpan ends the span of t, whose extra part is x, if it has one. The
