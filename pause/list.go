@@ -186,17 +186,33 @@ func hedgeAfter(start, end time.Time) time.Duration {
 
 // callList calls the Lister once and turns a panic into an error (logged
 // with its stack), which is retried like any other, and a typed nil error
-// into a permanent one (nilInError).
+// into a permanent one (nilInError). An error whose Error or Unwrap
+// panics is the Lister's panic, met here, with the sandboxes it returned
+// kept: met later on Run's goroutine (errors.Is, the Report's ListErr),
+// it ended the process.
 func (r *run) callList() (list []Sandbox, err error) {
+	var returned error // the Lister's error, while its methods are tried
 	defer func() {
 		if v := recover(); v != nil {
-			list, err = nil, fmt.Errorf("pause: Lister panicked: %v", v)
+			if returned == nil {
+				list, err = nil, fmt.Errorf("pause: Lister panicked: %v", v)
+			} else { // list is what it returned
+				err = fmt.Errorf("pause: the Lister returned an error (%T) whose Error or Unwrap panicked: %v", returned, v)
+			}
 			r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: Lister panicked",
 				slog.String("error", err.Error()), slog.String("stack", string(debug.Stack())))
 		}
 	}()
-	list, err = r.p.list.List(r.ctx)
-	return list, nilInError(err, "the Lister", "the listing failed after the sandboxes it gave, and is not made again")
+	if list, err = r.p.list.List(r.ctx); err == nil {
+		return list, nil
+	}
+	if isNilValue(err) {
+		return list, nilInError(err, "the Lister", "the listing failed after the sandboxes it gave, and is not made again")
+	}
+	returned = err
+	_ = err.Error()
+	_ = errors.Is(err, errListAbandoned)
+	return list, err
 }
 
 // permanent reports whether err must not be retried. A Config.Permanent

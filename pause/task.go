@@ -426,17 +426,30 @@ func (t *task) retryWait(r *run, ctx context.Context, d time.Duration, err error
 
 // call runs one attempt of the Preserve of sb, whose ID is id, and turns a
 // panic into an error and its stack, and a typed nil error into a
-// permanent one (nilInError).
+// permanent one (nilInError). An error whose Error or Unwrap panics (a
+// client's error that reads a field of an answer that never came) is
+// the Preserve's panic, met here: met later, on the worker outside this
+// recover (the Report's entry, errors.Is), it ended the process.
 func call(ctx context.Context, sb Sandbox, id string) (stack string, err error) {
+	var returned error // the Preserve's error, while its methods are tried
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("pause: Preserve of %s panicked: %v", id, v)
+			if returned != nil {
+				err = fmt.Errorf("pause: Preserve of %s returned an error (%T) whose Error or Unwrap panicked: %v", id, returned, v)
+			}
 			stack = string(debug.Stack())
 		}
 	}()
-	if err = sb.Preserve(ctx); err != nil && isNilValue(err) { // its name is made only then: no allocation per sandbox
-		err = nilInError(err, "Preserve of "+id, "not counted preserved, and not retried")
+	if err = sb.Preserve(ctx); err == nil {
+		return "", nil
 	}
+	if isNilValue(err) { // its name is made only then: no allocation per sandbox
+		return "", nilInError(err, "Preserve of "+id, "not counted preserved, and not retried")
+	}
+	returned = err
+	_ = err.Error()
+	_ = errors.Is(err, ErrGone)
 	return "", err
 }
 

@@ -3,6 +3,7 @@ package pause_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -96,5 +97,78 @@ func TestListerReturningATypedNilErrorGivesAnIncompleteListingNotACrash(t *testi
 		assert.Equal(t, 3, rep.Counts[pause.Preserved])
 		assert.True(t, rep.Incomplete)
 		assert.Contains(t, rep.ListErr, "the Lister returned a nil *pause_test.statusError as its error")
+	})
+}
+
+// answerError is a client's error for a pause the server answered with a
+// failure status; the client returns it with no answer, too, when the
+// request failed before one came: its Error then reads a field of nil.
+type answerError struct{ answer *http.Response }
+
+func (e *answerError) Error() string { return "pause refused: " + e.answer.Status }
+
+// noAnswerSandbox's client lost its connection before the answer.
+type noAnswerSandbox struct{ id string }
+
+func (s noAnswerSandbox) ID() string                     { return s.id }
+func (s noAnswerSandbox) Preserve(context.Context) error { return &answerError{} }
+
+// A Preserve whose error's Error panics (reading the answer that never
+// came) is a sandbox failed, as a Preserve that panics is, with the stack:
+// the others are preserved beside it. It ended the process before, when
+// the Report's entry was written on the worker.
+//
+//	0 s  sb-0..2 and no-answer start (limit 8)
+//	0 s  no-answer: Failed, one attempt, its error's type named, a stack
+//	1 s  sb-0..2 preserved; Run returns
+func TestPreserveReturningAnErrorWhoseErrorPanicsIsFailedNotACrash(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 3, time.Second)
+		lister := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			list, err := node.List(ctx)
+			return append(list, noAnswerSandbox{"no-answer"}), err
+		})
+		p, err := pause.New(lister, pause.Config{BackOff: constant(time.Second)})
+		require.NoError(t, err)
+		rep, took := runFor(t, p, time.Minute, 0)
+		assert.Equal(t, time.Second, took)
+		assert.Equal(t, 3, rep.Counts[pause.Preserved])
+		e := entry(t, rep, "no-answer")
+		assert.Equal(t, pause.Failed, e.Outcome)
+		assert.Equal(t, 1, e.Attempts, "a panic is not retried")
+		assert.Contains(t, e.Error, "returned an error (*pause_test.answerError) whose Error or Unwrap panicked")
+		assert.Contains(t, e.Stack, "answerError", "the stack shows where")
+	})
+}
+
+// A Lister whose error's Error panics gave a failed listing, as a Lister
+// that panics does, with the sandboxes it returned kept: they are
+// preserved, and the listing after their pass succeeds. It ended the
+// process before, when Run's goroutine read the error.
+//
+//	0 s  listing: sb-0..2, and an error whose Error panics
+//	1 s  sb-0..2 preserved; listing again: none left; Run returns
+func TestListerReturningAnErrorWhoseErrorPanicsIsAFailedListingNotACrash(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 3, time.Second)
+		var calls atomic.Int32
+		lister := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			list, err := node.List(ctx)
+			if calls.Add(1) == 1 {
+				return list, &answerError{}
+			}
+			return list, err
+		})
+		p, err := pause.New(lister, pause.Config{BackOff: constant(time.Second)})
+		require.NoError(t, err)
+		rep, took := runFor(t, p, time.Minute, 0)
+		assert.Equal(t, time.Second, took)
+		assert.Equal(t, int32(2), calls.Load())
+		assert.Equal(t, 3, rep.Counts[pause.Preserved])
+		assert.Contains(t, rep.ListErr, "the Lister returned an error (*pause_test.answerError) whose Error or Unwrap panicked")
+		assert.False(t, rep.Incomplete, "the listing after the pass succeeded")
+		assert.NoError(t, rep.Err())
 	})
 }
