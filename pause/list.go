@@ -91,16 +91,28 @@ func (r *run) list() ([]Sandbox, error) {
 // follows Tighten: the one that lost ends with the phase, as an
 // abandoned call always has (a context of their own, to end it at once,
 // costs a listing allocations).
+//
+// A Run with no deadline has no half of the time left, and no second call
+// until a Tighten gives it a deadline; its call is still made beside the
+// Run's goroutine, which a Tighten's deadline (or a cancel) ends the wait
+// of: made on it, a call that ignores its context held Run past the
+// deadline Tighten set, until it returned.
 func (r *run) listOnce() ([]Sandbox, error) {
 	end := r.phaseEnd()
-	if end.IsZero() {
-		return r.callList()
-	}
 	answers := make(chan listAnswer, 2) // a call that lost never blocks
 	start := time.Now()
 	go r.listInto(answers, false)
-	hedge := time.NewTimer(hedgeAfter(start, end))
-	defer hedge.Stop()
+	var hedge *time.Timer // none while the Run has no deadline: a Tighten makes it (r.moved)
+	var hedgeAt <-chan time.Time
+	if !end.IsZero() {
+		hedge = time.NewTimer(hedgeAfter(start, end))
+		hedgeAt = hedge.C
+	}
+	defer func() {
+		if hedge != nil {
+			hedge.Stop()
+		}
+	}()
 	hedged := false
 	var failed *listAnswer // a call that failed listing nothing while the other ran
 	for {
@@ -124,10 +136,15 @@ func (r *run) listOnce() ([]Sandbox, error) {
 			// A Tighten moved the phase deadline: the second call comes at
 			// half the time left as it stands (docs/faults.md row 1332).
 			// await, the other reader, reads the hard deadline afresh.
-			if end = r.phaseEnd(); !hedged {
+			switch end = r.phaseEnd(); {
+			case hedged:
+			case hedge == nil:
+				hedge = time.NewTimer(hedgeAfter(start, end) - time.Since(start))
+				hedgeAt = hedge.C
+			default:
 				hedge.Reset(hedgeAfter(start, end) - time.Since(start))
 			}
-		case <-hedge.C:
+		case <-hedgeAt:
 			if r.ctx.Err() != nil {
 				continue
 			}

@@ -745,3 +745,31 @@ func TestAnEmptyListingAnsweredAsTheRunEndsAfterAFailureSucceeded(t *testing.T) 
 		assert.Empty(t, rep.Entries)
 	})
 }
+
+// A Run given no deadline that a Tighten then gives one returns by it,
+// as Tighten says, though its listing ignores its context: the listing is
+// abandoned at the deadline, as in a Run that had one from its start.
+// Called at once with no deadline to keep to, the listing held Run until
+// it returned.
+//
+//	0 s   Run, no deadline; the listing ignores its context (an hour)
+//	5 s   Tighten(10 s)
+//	10 s  the listing abandoned; Run returns, its sandboxes unknown (was: 1 h)
+func TestATightenBoundsTheListingOfARunGivenNoDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hung := pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			time.Sleep(time.Hour)
+			return nil, nil
+		})
+		p, err := pause.New(hung, pause.Config{})
+		require.NoError(t, err)
+		start := time.Now()
+		time.AfterFunc(5*time.Second, func() { assert.True(t, p.Tighten(start.Add(10*time.Second))) })
+		rep := p.Run(context.Background(), time.Time{})
+		assert.Equal(t, 10*time.Second, time.Since(start))
+		assert.True(t, rep.Unknown)
+		assert.Contains(t, rep.ListErr, "abandoned")
+		assert.Equal(t, start.Add(10*time.Second), rep.Hard)
+		time.Sleep(time.Hour) // the listing returns
+	})
+}

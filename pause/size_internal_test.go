@@ -27,8 +27,11 @@ type sizeNoop string
 func (n sizeNoop) ID() string                       { return string(n) }
 func (sizeNoop) Preserve(ctx context.Context) error { return nil }
 
-// A Run of 10 no-ops makes 25 allocations without deadlines, 52 with both
-// (docs/preserve.md): the contexts that follow Tighten cost none.
+// A Run of 10 no-ops makes 33 allocations without deadlines, 52 with both
+// (docs/preserve.md): the contexts that follow Tighten cost none. Without
+// deadlines it made 25 until row 1883, which makes each listing's call
+// beside the Run's goroutine, as with deadlines (its channel and the
+// call's goroutine, four a listing), so that a Tighten bounds it.
 func TestRunOfTenAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's own allocations")
@@ -47,8 +50,8 @@ func TestRunOfTenAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := testing.AllocsPerRun(100, func() { p.Run(context.Background(), time.Time{}) }); n > 25 {
-		t.Errorf("a Run of 10 without deadlines made %v allocations, more than 25", n)
+	if n := testing.AllocsPerRun(100, func() { p.Run(context.Background(), time.Time{}) }); n > 33 {
+		t.Errorf("a Run of 10 without deadlines made %v allocations, more than 33", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
