@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"reflect"
 	"sync/atomic"
 	"time"
@@ -157,7 +156,7 @@ func (p *Preserver) SizeEstimate(size int64) (time.Duration, bool) {
 	if !ok || size <= 0 {
 		return 0, false
 	}
-	return time.Duration(min(float64(size)*perByte, math.MaxInt64/2)), true
+	return sizeTime(size, perByte), true
 }
 
 // Run preserves, in passes, every sandbox the Lister returns, and returns

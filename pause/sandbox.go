@@ -83,7 +83,9 @@ type Estimated interface {
 // second of one preserve, from every sandbox preserved so far; before the
 // first measurement a size of the average of the pass counts as the
 // Estimator's estimate (Config.Estimator). The adaptive limit measures the
-// throughput in these bytes. Zero or a negative size means unknown. An
+// throughput in these bytes. Zero or a negative size means unknown; one
+// whose time passes half the longest Duration (cgroup v1's "no limit"
+// taken for a size) is estimated at that half: the longest of its pass. An
 // Estimated sandbox's own estimate wins over its size.
 type Sized interface {
 	Size() int64

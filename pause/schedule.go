@@ -2,6 +2,7 @@ package pause
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"time"
 )
@@ -25,9 +26,19 @@ func (r *run) estimate(e *Entry) time.Duration {
 		return e.Estimate
 	}
 	if e.Size > 0 && r.perByte > 0 {
-		return time.Duration(float64(e.Size) * r.perByte)
+		return sizeTime(e.Size, r.perByte)
 	}
 	return r.unknown
+}
+
+// sizeTime is the time of a preserve of size bytes at perByte ns a byte,
+// at most half the longest Duration, so that a few of them still add up.
+// Converted as it was, a size past any time (cgroup v1's "no limit",
+// 9223372036854771712, at 2 s a GiB) overflowed, and Go makes such a float
+// the least int64 on amd64: a time below zero, then 1 ns, the shortest
+// sandbox of its pass, which a binding deadline started first.
+func sizeTime(size int64, perByte float64) time.Duration {
+	return time.Duration(min(float64(size)*perByte, math.MaxInt64/2))
 }
 
 // sizeEstimates sets the time per byte of a pass: the measured one, else
@@ -36,11 +47,11 @@ func (r *run) estimate(e *Entry) time.Duration {
 // say nothing of time (untimed). A Sized sandbox without an estimate of
 // its own gets its size at that rate as its estimate.
 func (r *run) sizeEstimates(tasks *taskList) {
-	var bytes int64
+	var bytes float64 // an int64 sum of two sizes of cgroup v1's "no limit" wraps below zero
 	var sized int
 	for i := range tasks.all {
 		if e := tasks.entry(&tasks.all[i]); e.Estimate == 0 && e.Size > 0 {
-			bytes += e.Size
+			bytes += float64(e.Size)
 			sized++
 		}
 	}
@@ -50,7 +61,7 @@ func (r *run) sizeEstimates(tasks *taskList) {
 	}
 	var timed bool
 	if r.perByte, timed = r.p.rate.get(); !timed && r.unknown > 0 {
-		r.perByte, timed = float64(r.unknown)*float64(sized)/float64(bytes), true
+		r.perByte, timed = float64(r.unknown)*float64(sized)/bytes, true
 	}
 	if !timed {
 		r.perByte, r.untimed = 1, true // a rank, not a time

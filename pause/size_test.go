@@ -118,3 +118,36 @@ func TestSizeEstimateIsTheMeasuredRate(t *testing.T) {
 		assert.False(t, ok, "an unknown size")
 	})
 }
+
+// A sandbox whose Size is cgroup v1's "no limit" (memory.limit_in_bytes
+// of an unlimited cgroup: 9223372036854771712, a server taking its memory
+// limit for its size) is the longest of a pass, not the shortest: at the
+// rate a Run measured (2 s a GiB), its time overflowed a Duration, which
+// read as 1 ns, and with the deadline binding it started first and held
+// the one slot to the deadline.
+//
+//	Run 1: 1 GiB in 2 s, the rate measured
+//	Run 2, limit 1, phase 9 s: five 1 GiB sandboxes (2 s each) and "unlimited" (20 s)
+//	before: "unlimited" first, timed out at 9 s, none preserved
+//	after:  four preserved by 8 s, the fifth cut at 9 s, "unlimited" not started
+func TestASizeBeyondAnyTimeIsTheLongestOfThePass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const gib = 1 << 30
+		node, _ := sizedNode(2*time.Second/1024, 1024)
+		p, err := pause.New(node, pause.Config{Limit: 1})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		require.Equal(t, 1, rep.Counts[pause.Preserved])
+
+		const noLimit = 9223372036854771712
+		node.Add(&fakesandbox.Sandbox{Name: "unlimited", Bytes: noLimit, Latency: 20 * time.Second})
+		for i := range 5 {
+			node.Add(&fakesandbox.Sandbox{Name: fmt.Sprint("gib-", i), Bytes: gib, Latency: 2 * time.Second})
+		}
+		rep, took := runFor(t, p, 9*time.Second, 0)
+		assert.Equal(t, 4, rep.Counts[pause.Preserved])
+		assert.Equal(t, pause.NotStarted, entry(t, rep, "unlimited").Outcome)
+		assert.Greater(t, entry(t, rep, "unlimited").Estimate, 100*365*24*time.Hour, "longer than any phase")
+		assert.Equal(t, 9*time.Second, took)
+	})
+}
