@@ -44,7 +44,9 @@ const propertySeeds = 1000
 //   - A Lister scripted per call: sandboxes new, or listed again after
 //     their preserve, the same ID twice in one listing, a transient,
 //     permanent or partial failure (sandboxes with an error), a panic, a
-//     slow answer that honours its context or ignores it.
+//     slow answer that honours its context or ignores it, an answer that
+//     comes as the Run is forced (the call cancels Run's context as it
+//     answers).
 //   - Config: a fixed limit, the adaptive one (default, with a ceiling,
 //     from a learned Limit), CancelAtDeadline, every Order, a
 //     SandboxTimeout, a Permanent classifier that panics on transient
@@ -139,7 +141,7 @@ func (s *scenario) String() string {
 		s.seed, s.runs, s.noPhase, s.cfg.Limit, s.cfg.MaxLimit, s.cfg.CancelAtDeadline, s.cfg.Order, s.cfg.SandboxTimeout, s.cfg.Permanent != nil, s.traced,
 		s.phase, s.hard, s.tightenAt, s.tightenTo, s.cancelAt)
 	for i, l := range s.listings {
-		fmt.Fprintf(&b, "  listing %d: %v err=%v delay=%v ignoresCtx=%v\n", i+1, l.ids, l.kind, l.delay, l.ignoreCtx)
+		fmt.Fprintf(&b, "  listing %d: %v err=%v delay=%v ignoresCtx=%v forces=%v\n", i+1, l.ids, l.kind, l.delay, l.ignoreCtx, l.forces)
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.sbs)) {
 		fmt.Fprintf(&b, "  %s: %v\n", id, s.sbs[id].acts)
@@ -174,6 +176,7 @@ type propListing struct {
 	kind      listKind
 	delay     time.Duration
 	ignoreCtx bool
+	forces    bool // cancels Run's context as it answers (drain's Force landing then)
 }
 
 // What one Preserve call does, after its delay.
@@ -263,6 +266,7 @@ type listCall struct {
 	start, end time.Time
 	listing    propListing
 	returned   bool
+	forced     bool // it cancelled Run's context as it answered, at end
 }
 
 // hedgedOut marks the listing calls, in the order they started, whose
@@ -326,6 +330,7 @@ type harness struct {
 	release                  chan struct{}
 	s                        *scenario
 	objs                     map[string]pause.Sandbox
+	force                    context.CancelFunc // the Run's cancel, under mu: a listing that forces calls it
 }
 
 func (h *harness) preserve(ctx context.Context, s *propSandbox) error {
@@ -397,7 +402,12 @@ func (h *harness) List(ctx context.Context) ([]pause.Sandbox, error) {
 	}
 	h.mu.Lock()
 	lc.end, lc.returned = time.Now(), true
+	force := h.force
+	lc.forced = l.forces
 	h.mu.Unlock()
+	if l.forces {
+		force() // before the answer: the Run's context has ended when it comes
+	}
 	var out []pause.Sandbox
 	for _, id := range l.ids {
 		switch id {
@@ -472,6 +482,12 @@ func newScenario(seed uint64) *scenario {
 			l.ignoreCtx = rng.IntN(2) == 0
 		}
 		s.listings = append(s.listings, l)
+	}
+	// From a generator of their own, so that every other draw of a seed is
+	// what it was before listings forced.
+	forces := rand.New(rand.NewPCG(seed, 0xf0ce))
+	for i := range s.listings {
+		s.listings[i].forces = forces.IntN(16) == 0
 	}
 	switch rng.IntN(4) {
 	case 0: // fixed
@@ -634,6 +650,9 @@ func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 		defer cancel()
 		hard = start.Add(max(s.phase, s.hard))
 	}
+	h.mu.Lock()
+	h.force = cancel
+	h.mu.Unlock()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	var tightened atomic.Bool
@@ -725,8 +744,16 @@ func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 		}
 		return hard, !tightened.Load() || !at.Equal(start.Add(s.tightenAt))
 	}
+	// The earliest listing that forced the Run, if one did before the
+	// scripted cancel: the Run's context ended then. Its own answer is
+	// taken or not (the Run's wait may see the cancel first): maybe.
+	for _, l := range lists {
+		if l.forced && (cancelledAt.IsZero() || l.end.Before(cancelledAt)) {
+			cancelledAt = l.end
+		}
+	}
 	startsEnd := phaseEnd // no Preserve starts after it
-	if s.cancelAt > 0 && !cancelledAt.IsZero() && cancelledAt.Before(startsEnd) {
+	if !cancelledAt.IsZero() && cancelledAt.Before(startsEnd) {
 		startsEnd = cancelledAt
 	}
 
@@ -951,6 +978,14 @@ func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 	if rep.Unknown && rep.Incomplete {
 		fail("Unknown and Incomplete both set")
 	}
+	if (rep.Unknown || rep.Incomplete) && rep.ListErr == "" {
+		fail("Unknown %v Incomplete %v, and no ListErr to say why", rep.Unknown, rep.Incomplete)
+	}
+	for _, text := range append([]string{rep.ListErr}, errorsOf(rep)...) {
+		if strings.Contains(text, "%!") {
+			fail("a Report's text with a formatting fault: %q", text)
+		}
+	}
 	if okSurely && (rep.Unknown || rep.Incomplete) {
 		fail("a listing succeeded, yet Unknown %v Incomplete %v", rep.Unknown, rep.Incomplete)
 	}
@@ -1171,4 +1206,15 @@ func maxLimitOf(cfg pause.Config) int {
 // fixed reports whether cfg fixes the limit.
 func fixed(cfg pause.Config) bool {
 	return cfg.Limit > 0 && cfg.MaxLimit == 0 || maxLimitOf(cfg) == 1
+}
+
+// errorsOf returns the Error of every entry of rep that has one.
+func errorsOf(rep *pause.Report) []string {
+	var out []string
+	for _, e := range rep.Entries {
+		if e.Error != "" {
+			out = append(out, e.Error)
+		}
+	}
+	return out
 }
