@@ -224,7 +224,7 @@ func (r *run) callList() (list []Sandbox, err error) {
 		return list, nil
 	}
 	if isNilValue(err) {
-		return list, nilInError(err, "the Lister", "the listing failed after the sandboxes it gave, and is not made again")
+		return list, nilInError(err, "the Lister", "the listing failed after the sandboxes it gave, and is not retried")
 	}
 	returned = err
 	_ = err.Error()
