@@ -192,7 +192,7 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) ([]*result
 	fmt.Fprintf(stdout, "Real server processes, real signals, a real device daemon child, in real time with the\n"+
 		"grace period scaled down from AgentENV's 3600 s. The kubelet is simulated (internal/kubeletsim):\n"+
 		"preStop bounded by the grace period, its elapsed time truncated to whole seconds, a 2 s floor,\n"+
-		"SIGTERM, then SIGKILL to the whole process group. Nothing here uses virtual time; the same\n"+
+		"SIGTERM, then SIGKILL to the whole container. Nothing here uses virtual time; the same\n"+
 		"scenario at full scale (3600 s, 200 sandboxes x 1-3 s) runs in virtual time under testing/synctest:\n"+
 		"go test -v -run FullScale ./examples/drainsim\n\n")
 	var results []*result

@@ -11,38 +11,51 @@ import (
 	"time"
 )
 
-// A Child is a real child process in its own process group: Kill sends
-// SIGKILL to the whole group, as the kubelet's SIGKILL takes the whole
-// container cgroup (daemons and VMMs included).
+// A Child is a real child process in a container of its own, as the
+// kubelet's container runs: a cgroup of the pids hierarchy where this
+// process may make one (root, cgroup v1), which every process the child
+// starts is in, whatever process group or session it moves to; and a
+// process group of its own. Kill SIGKILLs the whole container, as the
+// container runtime's SIGKILL takes the whole container cgroup (daemons,
+// VMMs and runsc commands included); and when the child exits, whatever is
+// left of it is killed, as a container stops with its main process (its
+// PID namespace ends). Without a cgroup, the container is the process
+// group alone: a process that left it (setsid, a double fork, a group of
+// its own) outlives the child.
 type Child struct {
-	Cmd    *exec.Cmd // the started command; read its ProcessState once Exited is closed
-	exited chan struct{}
-	err    error // from Wait; read after exited is closed
+	Cmd       *exec.Cmd // the started command; read its ProcessState once Exited is closed
+	exited    chan struct{}
+	err       error // from Wait; read after exited is closed
+	container *container
 }
 
-// Start starts cmd in a new process group and reaps it when it exits.
+// Start starts cmd in a container of its own and reaps it when it exits.
 func Start(cmd *exec.Cmd) (*Child, error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
-	if err := cmd.Start(); err != nil {
+	c := &Child{Cmd: cmd, exited: make(chan struct{})}
+	ct, err := startContained(cmd, func(err error) {
+		c.err = err
+		close(c.exited)
+	})
+	if err != nil {
 		return nil, err
 	}
-	c := &Child{Cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		c.err = cmd.Wait()
-		close(c.exited)
-	}()
+	c.container = ct
 	return c, nil
 }
 
 // Signal sends sig to the child.
 func (c *Child) Signal(sig os.Signal) error { return c.Cmd.Process.Signal(sig) }
 
-// Kill sends SIGKILL to the child's process group. A group already gone is
-// not an error.
+// Kill sends SIGKILL to every process of the child's container, and to its
+// process group. A container already gone is not an error.
 func (c *Child) Kill() error {
+	if _, err := c.container.kill(); err != nil {
+		return err
+	}
 	err := syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
 	if errors.Is(err, syscall.ESRCH) {
 		return nil

@@ -2,12 +2,15 @@
 // a pod's container, so tests and the drainsim example can replay a node
 // drain: run the preStop hook bounded by the grace period, subtract the
 // hook's elapsed time truncated to whole seconds, raise what is left to the
-// 2 s minimum, send SIGTERM, and SIGKILL the whole process group when that
+// 2 s minimum, send SIGTERM, and SIGKILL the whole container when that
 // runs out. It records the timeline.
 //
-// Two kinds of process: a real child (Start, over *exec.Cmd in its own
-// process group, so SIGKILL takes its daemons too, like the container's
-// cgroup), and an in-process one (NewInProcess) for code running under
+// Two kinds of process: a real child (Start, over *exec.Cmd in a cgroup
+// of its own where one can be made, root on cgroup v1, and in its own
+// process group, so SIGKILL takes its daemons too, those that left the
+// group or daemonized included, as the container runtime kills the
+// container's cgroup; without a cgroup, the process group alone), and an
+// in-process one (NewInProcess) for code running under
 // testing/synctest, where SIGTERM arrives on a channel and SIGKILL is a
 // channel the code must obey.
 //

@@ -37,7 +37,8 @@ func (f HookFunc) Run(ctx context.Context) error { return f(ctx) }
 type Process interface {
 	// Signal delivers sig (SIGTERM) to the container's main process.
 	Signal(sig os.Signal) error
-	// Kill SIGKILLs every process of the container.
+	// Kill SIGKILLs every process of the container, those that left
+	// its process group or daemonized included.
 	Kill() error
 	// Exited is closed when the main process has exited.
 	Exited() <-chan struct{}
@@ -316,7 +317,7 @@ func signalAndWait(ctx context.Context, t *Timeline, p Process, exit *exitWatch)
 	if err := p.Kill(); err != nil {
 		t.event("SIGKILL failed: %v", err)
 	} else {
-		t.event("SIGKILL to the process group")
+		t.event("SIGKILL to the container")
 	}
 	select {
 	case <-exit.exited:

@@ -48,6 +48,37 @@ func TestMain(m *testing.M) {
 		}
 		_ = os.WriteFile(os.Getenv("PIDFILE"), []byte(strconv.Itoa(gc.Process.Pid)), 0o644)
 		select {}
+	case "daemonize": // leave the process group two ways, as device daemons and VMMs do
+		os.Exit(daemonize())
+	}
+}
+
+// daemonize is the role of a server that starts two processes outside its
+// process group: one in a session of its own (setsid), and one that also
+// left it (a double fork: its parent exits, init adopts it). It writes
+// their PIDs to PIDFILE, one a line, then exits on SIGTERM if EXIT_ON_TERM
+// is set and ignores it otherwise.
+func daemonize() int {
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	session := exec.Command("sleep", "3600")
+	session.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := session.Start(); err != nil {
+		return 3
+	}
+	out, err := exec.Command("setsid", "sh", "-c", "sleep 3600 >/dev/null 2>&1 & echo $!").Output()
+	if err != nil {
+		return 3
+	}
+	pids := fmt.Sprintf("%d\n%s", session.Process.Pid, out)
+	if err := os.WriteFile(os.Getenv("PIDFILE"), []byte(pids), 0o644); err != nil {
+		return 3
+	}
+	for {
+		<-term
+		if os.Getenv("EXIT_ON_TERM") != "" {
+			return 0
+		}
 	}
 }
 
@@ -451,4 +482,65 @@ func TestHTTPGetHookStatusIsRecordedNotAFailure(t *testing.T) {
 		assert.Contains(t, tl.HookErr, "refused")
 		assert.Zero(t, tl.HookStatus)
 	})
+}
+
+// The kubelet's SIGKILL is the container runtime's: runc kills every
+// process in the container's cgroup, and a container whose main process
+// exits stops with all of it (its PID namespace ends). A process that left
+// the server's process group (setsid, a double-forked daemon, a runsc
+// command in a group of its own) is still in the container and dies too.
+// The simulator SIGKILLed only the process group: both lived on.
+func TestSIGKILLTakesProcessesThatLeftTheProcessGroup(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		exitOnTerm bool
+	}{
+		{"killed at the end of the grace", false},
+		{"the server exits on SIGTERM: the container stops", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pidfile := filepath.Join(t.TempDir(), "daemons.pid")
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), roleEnv+"=daemonize", "PIDFILE="+pidfile)
+			if c.exitOnTerm {
+				cmd.Env = append(cmd.Env, "EXIT_ON_TERM=1")
+			}
+			child, err := Start(cmd)
+			require.NoError(t, err)
+			var daemons []int
+			require.Eventually(t, func() bool {
+				daemons = readPIDs(pidfile)
+				return len(daemons) == 2
+			}, 10*time.Second, 10*time.Millisecond)
+			t.Cleanup(func() {
+				for _, pid := range daemons {
+					_ = syscall.Kill(pid, syscall.SIGKILL) // whatever the simulator left
+				}
+			})
+			tl, err := Terminate(context.Background(), child, nil, time.Second)
+			require.NoError(t, err)
+			assert.Equal(t, !c.exitOnTerm, tl.Killed)
+			for i, pid := range daemons {
+				assert.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 5*time.Millisecond,
+					"%s (pid %d) died with the container", []string{"the setsid child", "the double-forked daemon"}[i], pid)
+			}
+		})
+	}
+}
+
+// readPIDs reads the PIDs in file, one a line; none while it is incomplete.
+func readPIDs(file string) []int {
+	b, err := os.ReadFile(file)
+	if err != nil || !strings.HasSuffix(string(b), "\n") {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return nil
+		}
+		pids = append(pids, pid)
+	}
+	return pids
 }

@@ -8,7 +8,8 @@
 //	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: base + "/drain"}, 6*time.Second)
 //
 // Guarantees: a command that does not start fails the test at once; the test's
-// cleanup SIGKILLs the child's whole process group, as the kubelet's SIGKILL takes
-// the container, and waits until the child was reaped, so no process and no
+// cleanup SIGKILLs the child's whole container (kubeletsim.Child: its cgroup
+// where one can be made, and its process group), as the kubelet's SIGKILL
+// takes the container, and waits until the child was reaped, so no process and no
 // reaping goroutine outlive the test.
 package kubeletsimtest

@@ -9,8 +9,8 @@ import (
 	"github.com/drainkit/drainkit/internal/kubeletsim"
 )
 
-// Start starts cmd with kubeletsim.Start, in a process group of its own, and
-// fails t if it does not start. t's cleanup SIGKILLs the group and waits for
+// Start starts cmd with kubeletsim.Start, in a container of its own, and
+// fails t if it does not start. t's cleanup SIGKILLs the container and waits for
 // the child's exit: a test that terminated it already finds it gone.
 func Start(t testing.TB, cmd *exec.Cmd) *kubeletsim.Child {
 	t.Helper()
