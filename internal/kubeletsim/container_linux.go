@@ -37,7 +37,7 @@ type container struct {
 
 // startContained starts cmd in a new cgroup of the pids hierarchy, below
 // this process's own, and calls reaped with what Wait returned once the
-// child has exited and the rest of the container was killed (a container
+// child has exited; then it kills the rest of the container (a container
 // stops when its main process exits). Where no cgroup can be made (not
 // root, no cgroup v1 pids hierarchy) the container is only the child's
 // process group.
@@ -49,20 +49,37 @@ func startContained(cmd *exec.Cmd, reaped func(error)) (*container, error) {
 		err = os.Mkdir(dir, 0o755)
 	}
 	if err != nil {
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		go func() { reaped(cmd.Wait()) }()
-		return &container{}, nil
+		return startUncontained(cmd, reaped)
 	}
 	c := &container{dir: dir}
-	started := make(chan error, 1)
+	started := make(chan startResult, 1)
 	go c.run(cmd, filepath.Join(pidsRoot, own), started, reaped)
-	if err := <-started; err != nil {
+	res := <-started
+	if res.err != nil {
 		_ = removeCgroup(dir)
-		return nil, err
+		if !res.joined { // a cgroup this process may make but not join
+			return startUncontained(cmd, reaped)
+		}
+		return nil, res.err
 	}
 	return c, nil
+}
+
+// startUncontained starts cmd in no cgroup of its own: its container is
+// its process group.
+func startUncontained(cmd *exec.Cmd, reaped func(error)) (*container, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { reaped(cmd.Wait()) }()
+	return &container{}, nil
+}
+
+// startResult is how run's start went: whether its thread joined the
+// cgroup, and what the start returned.
+type startResult struct {
+	joined bool
+	err    error
 }
 
 // run starts cmd in c's cgroup and waits for it. A process is forked into
@@ -71,20 +88,20 @@ func startContained(cmd *exec.Cmd, reaped func(error)) (*container, error) {
 // until the child has exited, for a Pdeathsig the child may have is bound
 // to the thread that started it; if it could not go back, the thread ends
 // with the goroutine (it is never unlocked).
-func (c *container) run(cmd *exec.Cmd, own string, started chan<- error, reaped func(error)) {
+func (c *container) run(cmd *exec.Cmd, own string, started chan<- startResult, reaped func(error)) {
 	runtime.LockOSThread()
 	tid := []byte(strconv.Itoa(unix.Gettid()))
 	if err := os.WriteFile(filepath.Join(c.dir, "tasks"), tid, 0); err != nil {
-		started <- err
+		runtime.UnlockOSThread() // it never left its cgroup
+		started <- startResult{err: err}
 		return
 	}
 	err := cmd.Start()
 	back := os.WriteFile(filepath.Join(own, "tasks"), tid, 0) == nil
-	started <- err
+	started <- startResult{joined: true, err: err}
 	if err == nil {
-		err = cmd.Wait()
-		_, _ = c.kill() // whatever is left dies with the main process
-		reaped(err)
+		reaped(cmd.Wait()) // its exit is when it exited, however long the rest takes to die
+		_, _ = c.kill()    // whatever is left dies with the main process
 	}
 	if back {
 		runtime.UnlockOSThread()
