@@ -27,13 +27,18 @@ const ImageFile = "checkpoint.img"
 // whose type the image names: runApp and the others for a task that runs, and runExit,
 // runExitMain, runExitNotify on the exit path (pkg/sentry/kernel/task_exit.go). So an
 // image that names a run state outside the exit path is true; one that names only exit
-// states is false. The image is read as runsc 20221219 writes it (the statefile header,
-// its JSON metadata, 32 bytes of HMAC, the chunk size, then flate-compressed chunks,
-// each after its length), a chunk at a time, and only up to the first running task or
-// the memory file's state, saved after the kernel's: the tasks come before the
+// states is false. The image is read as runsc writes it: the statefile header, its JSON
+// metadata, 32 bytes of HMAC (runsc 20221219; newer runsc writes none without a key),
+// then the data, in flate-compressed chunks each after its length, after the chunk size
+// (runsc 20221219's only format, and "flate-best-speed"), or as it is (compression
+// "none", newer runsc's default since 2026-04-28). It is read a chunk at a time, and
+// only up to the first running task or the memory file's state, saved after the
+// kernel's (named as each runsc names it: runState): the tasks come before the
 // workload's memory, which is not read. An image that ends before the memory file's
-// state is cut short, and an error. An image it cannot read so, or that names no
-// run state, is an error: whether anything ran is not known.
+// state is cut short, or holds none (its memory in pages files beside it, or its state
+// a protocol buffer that names no type): whether it ended is not known, and it is an
+// error. An image it cannot read so, or that names no run state, is an error: whether
+// anything ran is not known.
 func SavedRunning(imageDir string) (bool, error) {
 	f, err := os.Open(filepath.Join(imageDir, ImageFile))
 	if err != nil {
@@ -88,8 +93,15 @@ func imageChunks(r *bufio.Reader) (func() ([]byte, error), error) {
 	if err := json.Unmarshal(meta, &m); err != nil {
 		return nil, fmt.Errorf("metadata: %w", err)
 	}
-	if c := m["compression"]; c != "" && c != "flate-best-speed" {
-		return nil, fmt.Errorf("compression %q: only flate images are read", c)
+	switch c := m["compression"]; c {
+	case "", "flate-best-speed":
+	case "none":
+		// The data as gVisor saved it, after the metadata: runsc's default since
+		// 2026-04-28. Read as flate, every such image was one it could not read,
+		// and taken as made (docs/faults.md row 1780).
+		return func() ([]byte, error) { return nextPiece(r) }, nil
+	default:
+		return nil, fmt.Errorf("compression %q: not one runsc writes (flate-best-speed, none)", c)
 	}
 	hash, err := keyed(r)
 	if err != nil {
@@ -138,10 +150,33 @@ func nextChunk(r *bufio.Reader) ([]byte, error) {
 	return out, nil
 }
 
+// nextPiece reads up to a chunk's worth of an uncompressed image's data; io.EOF at the
+// image's end. Type names are whole in what a piece holds, or cut by its end, which
+// scanRunStates reads with the next piece's start: gVisor's statefile writes each
+// string of its state in one write, framed or not (runsc before 2026-03-16 put a
+// length before each write, which the scan reads over).
+func nextPiece(r *bufio.Reader) ([]byte, error) {
+	piece := make([]byte, 1<<20)
+	n, err := io.ReadFull(r, piece)
+	if n > 0 {
+		return piece[:n], nil
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		err = io.EOF
+	}
+	return nil, err
+}
+
 // runState matches the type name of a task's run state in a saved kernel (its
 // submatch, the state's name), or that of the memory file's state, which is saved
-// after the kernel's (no submatch): what follows it is the workload's memory.
-var runState = regexp.MustCompile(`pkg/sentry/(?:kernel\.run([A-Z][A-Za-z]*)|pgalloc\.usageSet)`)
+// after the kernel's (no submatch): what follows it is the workload's memory. gVisor
+// has named the memory file's state usageSet (runsc 20221219), then, since its sets
+// were split (2024-06-28), unwasteSet, the first it saves, then memoryFileSaved
+// (2026-01 to 2026-08); since, it saves it as a protocol buffer, which names no type,
+// and where the memory goes to pages files beside the image (compression none), the
+// image holds no memory file's state at all: such an image whose tasks all exit is an
+// error, not one that ended (no end is known to have been read).
+var runState = regexp.MustCompile(`pkg/sentry/(?:kernel\.run([A-Z][A-Za-z]*)|pgalloc\.(?:usageSet|unwasteSet|memoryFileSaved))`)
 
 // scanRunStates reads chunks until it finds a run state outside the exit path, or the
 // memory file's state, and returns whether it found exit states alone (true) or one
@@ -178,7 +213,8 @@ func scanRunStates(next func() ([]byte, error)) (exiting bool, err error) {
 		// Cut short at a chunk's end: the tasks cut off may run. Taken for
 		// exiting tasks alone, the sandbox was removed as dead, its image
 		// with it (docs/faults.md row 1492).
-		return false, errors.New("the image ends before the memory file's state (pkg/sentry/pgalloc.usageSet): cut short, its other tasks not known")
+		return false, errors.New("the image ends before the memory file's state (pkg/sentry/pgalloc's, saved after the kernel's): cut short, " +
+			"or written by a runsc that saves none in it (newer than 2026-08, or its memory in pages files beside it): its other tasks not known")
 	}
 	return scanned(found)
 }
