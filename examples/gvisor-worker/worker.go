@@ -1285,7 +1285,9 @@ func (w *Worker) List(context.Context, *ListRequest) (*ListReply, error) {
 
 func reply(info sandbox.Info, err error) (*SandboxReply, error) {
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, sandbox.ErrUnverified):
+		// Paused and recorded, its image one this worker cannot read (the node's
+		// ERROR line says so): a Restore may bring it back, and tells.
 		return &SandboxReply{ID: info.ID, State: info.State}, nil
 	case errors.Is(err, sandbox.ErrNotFound):
 		return nil, status.Error(codes.NotFound, err.Error())

@@ -195,6 +195,10 @@ func (n *Node) Create(ctx context.Context, timeoutS int) (Info, error) {
 //   - ErrLost (stopped by its failed pause, its state gone): the node removes what it left
 //     and lists it Lost, with an ERROR line, until a Delete or its timeout; the error is
 //     permanent, and a drain counts the sandbox lost, never vanished.
+//   - ErrUnverified (stopped, its state saved in an image that cannot be read): it is
+//     paused and recorded as by a pause that succeeded, and Pause returns its Info with
+//     the error, which an ERROR line says too: a drain counts it failed, with why, where
+//     it said preserved of a save not known to hold a workload that runs (row 1781).
 func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 	if info, done, err := n.recordUnrecorded(id); done { // paused by an earlier pause, with no record
 		if err != nil {
@@ -207,7 +211,10 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 		return Info{}, err
 	}
 	image, err := n.rt.Pause(ctx, id)
+	var unverified error
 	switch {
+	case errors.Is(err, ErrUnverified): // paused and saved, the save not known to hold a workload that runs
+		unverified, err = err, nil
 	case errors.Is(err, ErrDied):
 		return Info{}, n.died(ctx, e, "pause", err)
 	case errors.Is(err, ErrLost):
@@ -236,7 +243,13 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 		n.setRunning(e)
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
 	}
-	return n.setPaused(e, n.rt.Image(id)), nil
+	info := n.setPaused(e, n.rt.Image(id))
+	if unverified != nil {
+		n.logger.Error("sandbox paused and recorded, but its image cannot be read: whether it saved a workload that runs is not known; a resume tells",
+			"id", id, "error", unverified)
+		return info, fmt.Errorf("pause %s: %w", id, unverified)
+	}
+	return info, nil
 }
 
 // Resume starts a paused sandbox again and removes its record. Its context keeps a
@@ -360,6 +373,11 @@ func (n *Node) undoResume(ctx context.Context, e *entry, derr error) error {
 	id := e.ID
 	ctx = context.WithoutCancel(ctx) // as the resume it undoes: the client may be gone
 	image, perr := n.rt.Pause(ctx, id)
+	if errors.Is(perr, ErrUnverified) { // paused again, saved: recorded as any save
+		n.logger.Error("resumed sandbox paused again in an image that cannot be read: whether it saved a workload that runs is not known",
+			"id", id, "error", perr)
+		perr = nil
+	}
 	switch {
 	case errors.Is(perr, ErrDied): // it died since its resume: only its remains to remove
 		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again found it dead: %w", id, derr, n.died(ctx, e, "pause", perr))
@@ -525,7 +543,7 @@ func (p preservable) Size() int64 {
 func (p preservable) Preserve(ctx context.Context) error {
 	for {
 		_, err := p.n.Pause(ctx, p.id)
-		if errors.Is(err, ErrUnrecorded) || errors.Is(err, ErrLost) {
+		if errors.Is(err, ErrUnrecorded) || errors.Is(err, ErrLost) || errors.Is(err, ErrUnverified) {
 			return backoff.Permanent(err)
 		}
 		if !errors.Is(err, ErrConflict) {

@@ -34,9 +34,11 @@ type Runtime interface {
 	Create(ctx context.Context, id string) error
 	// Pause stops a running sandbox and saves its state; it returns where the state is.
 	// When it fails the sandbox is still running, unless the error is ErrDied (it had
-	// died: nothing saved), ErrLost (stopped by a pause that failed: its state lost) or
-	// ErrNotDurable (stopped, its state in Image(id) but not durable). An error that no
-	// retry can help is permanent (backoff.Permanent).
+	// died: nothing saved), ErrLost (stopped by a pause that failed: its state lost),
+	// ErrNotDurable (stopped, its state in Image(id) but not durable) or ErrUnverified
+	// (stopped, its state saved where it returns, durable, but not known to hold a
+	// workload that runs). An error that no retry can help is permanent
+	// (backoff.Permanent).
 	Pause(ctx context.Context, id string) (image string, err error)
 	// Resume starts a sandbox again from the state Pause saved in image. An image that
 	// restores nothing that runs is ErrDied.
@@ -423,7 +425,9 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 // killed, its workload exited) is ErrDied, with pause.ErrGone: no checkpoint was made. So
 // is one whose checkpoint caught its workload exiting (runsc.SavedRunning: the image holds
 // exiting tasks alone, which a restore ends at once); its image is removed. An image
-// SavedRunning cannot read is taken as made, as before it was read.
+// SavedRunning cannot read (a format of a newer runsc) is kept and made durable as a
+// save, and Pause returns it with ErrUnverified, permanent: whether it saved a workload
+// that runs is not known, which taken as made was said of no one (row 1781).
 //
 // A checkpoint that fails (its image cannot be written: the images volume is full or
 // failing) stops the sandbox all the same, for gVisor ends the sandbox after every save.
@@ -472,7 +476,8 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		return "", r.checkpointFailed(ctx, id, err)
 	}
 	r.forgetFailure(id)
-	if running, err := runsc.SavedRunning(image); err == nil && !running {
+	running, unread := runsc.SavedRunning(image)
+	if unread == nil && !running {
 		return "", r.exitedAtCheckpoint(ctx, id, image)
 	}
 	// The record that points at the image is made durable next; the image must be too.
@@ -490,8 +495,18 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		}
 		return "", fmt.Errorf("runsc checkpoint %s: the image could not be made durable (the sandbox was restored from it and runs on): %w", id, err)
 	}
+	if unread != nil {
+		return image, backoff.Permanent(fmt.Errorf("runsc checkpoint %s: %w: %w", id, ErrUnverified, unread))
+	}
 	return image, nil
 }
+
+// ErrUnverified is wrapped by the (permanent) error of Runsc.Pause whose checkpoint was
+// made, its image durable in Image(id), but in a format runsc.SavedRunning cannot read: it
+// may hold a workload that runs, or one its checkpoint caught exiting, which a restore
+// ends at once. The sandbox is stopped, paused in that image, which a resume restores
+// and so tells; but no one can say it was preserved.
+var ErrUnverified = errors.New("checkpointed into an image whose saved tasks cannot be read: whether it saved a workload that runs is not known")
 
 // noSpace returns the checkpoint that failed for want of space on the images volume, if
 // one did.
