@@ -24,7 +24,8 @@ import (
 // slowRunsc writes, in dir, a runsc that runs the real one but sleeps before the
 // checkpoint of a container ID with a file dir/slow-ID (the seconds in it); then it holds it
 // while a file dir/hold-ID exists; then it fails it if a file dir/fail-ID exists, or
-// once, removing it and dir/slow-ID, if a file dir/once-ID does; it sends no signal to a
+// once, removing it and dir/slow-ID, if a file dir/once-ID does, or with runsc's words
+// for a call the sandbox closed unread (connection reset) if a file dir/reset-ID does; it sends no signal to a
 // container with a file dir/deaf-ID (a kill that does not reach it), and no SIGTERM to one
 // with a file dir/deafterm-ID (an actor that does not exit on it); it ends a checkpoint of
 // a container with a file dir/aftersignal-ID, done, only once it has sent a signal to each
@@ -47,6 +48,7 @@ case " $* " in
 	[ -e $d/slow-$last ] && sleep $(cat $d/slow-$last)
 	while [ -e $d/hold-$last ]; do sleep 0.05; done
 	[ -e $d/fail-$last ] && { echo "checkpoint failed: injected" >&2; exit 128; }
+	[ -e $d/reset-$last ] && { echo "checkpoint failed: checkpointing container \"$last\": urpc method \"containerManager.Checkpoint\" failed: connection reset by peer" >&2; exit 128; }
 	[ -e $d/once-$last ] && { rm -f $d/once-$last $d/slow-$last; echo "checkpoint failed: injected once" >&2; exit 128; }
 	echo "$(date +%s.%N) checkpoint $last begins" >> $d/times
 	`+real+` "$@"; rc=$?

@@ -73,4 +73,5 @@ func TestCheckpointWhoseCallNeverReachedTheSandboxIsStopped(t *testing.T) {
 	err = fakeRuntime(t, "reset:"+fmt.Sprint(os.Getpid())).Checkpoint(short, "sb", filepath.Join(t.TempDir(), "img"))
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, ErrStopped, "its sandbox process runs: nothing says it stopped")
+	assert.ErrorIs(t, err, ErrNotReached, "no save began (row 1782: said at once, not after StopWait)")
 }

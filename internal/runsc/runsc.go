@@ -27,6 +27,13 @@ var ErrStatusLost = errors.New("runsc: exit status collected by another reaper")
 // [Runtime.Wait] and [Runtime.Delete] when runsc does not know the container.
 var ErrNotExist = errors.New("runsc: container does not exist")
 
+// ErrNotReached is wrapped by the error of [Runtime.Checkpoint] whose call never reached
+// the sandbox (its control server refused the connection, or closed it with the call
+// unread) while its container was not seen stopped: no save began, so none stopped
+// it; it runs, or its process is still ending (its workload's exit, a kill), which a
+// checkpoint tried again tells (ErrStopped).
+var ErrNotReached = errors.New("runsc: the checkpoint's call never reached the sandbox: no save began")
+
 // ErrStopped is wrapped by the error of a command that needs a running container (runsc
 // checkpoint, pause) when runsc found the container stopped before it began: its init
 // exited, or its sandbox process is gone (killed, crashed).
@@ -138,8 +145,9 @@ func (r *Runtime) Restore(ctx context.Context, id string, b Bundle, imageDir, lo
 // A checkpoint whose call never reached the sandbox (its control server refused the
 // connection while its process was still ending, or the process closed it with the call
 // unread: `urpc method "containerManager.Checkpoint" failed: connection reset by peer`;
-// it ended, its workload's exit or a kill, so no save began) is ErrStopped once the
-// container is seen stopped (within StopWait); otherwise it stays a failure.
+// it ended, its workload's exit or a kill, so no save began) is ErrStopped when the
+// container is seen stopped, looked at once; otherwise it is a failure wrapping
+// ErrNotReached, at once, not after a wait (row 1782).
 // A checkpoint that fails with EOF (`urpc method "containerManager.Checkpoint" failed:
 // EOF`) stays a failure: the sandbox process read the call and ended without answering,
 // killed or crashed, and what it leaves is no image. A save that completes is answered
@@ -176,11 +184,17 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 		// connection, its process still ending (not yet a zombie: row 1211's check
 		// missed it), or closed it with the call unread. No save began; taken for a
 		// checkpoint that failed, a sandbox that had died was lost by it (row 1393).
-		// Only the container stopped says it ended.
-		if serr := r.awaitStop(ctx, id); serr != nil {
-			return fmt.Errorf("%w; and %w", err, serr)
+		// Only the container stopped says it ended. It is looked at once: waited for
+		// (up to StopWait), a sandbox that runs on held its caller whatever its
+		// deadline, and a drain's escalation with it (row 1782). A retry tells.
+		stopped, serr := r.Exited(ctx, id)
+		switch {
+		case stopped:
+			return fmt.Errorf("%w: %w: its sandbox process ended before it read the checkpoint's call", err, ErrStopped)
+		case serr != nil:
+			return fmt.Errorf("%w: %w; and its state cannot say whether it stopped: %w", err, ErrNotReached, serr)
 		}
-		return fmt.Errorf("%w: %w: its sandbox process ended before it read the checkpoint's call", err, ErrStopped)
+		return fmt.Errorf("%w: %w; its container is not stopped: it runs, or is still ending", err, ErrNotReached)
 	}
 	killed := killedBySignal(ctx, err)
 	if !errors.Is(err, ErrStatusLost) && !killed || len(bytes.TrimSpace(msg)) > 0 {

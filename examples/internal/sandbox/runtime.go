@@ -434,7 +434,10 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 // Its state is then lost: the error is ErrLost, permanent, and the partial image is
 // removed. A checkpoint that failed with the sandbox still running (runsc could not reach
 // it) fails Pause as any other error, and a later Pause that finds the sandbox stopped
-// calls it lost too, not died: the failed checkpoint may be what stopped it.
+// calls it lost too, not died: the failed checkpoint may be what stopped it. One whose
+// call never reached the sandbox (runsc.ErrNotReached: no save began) is not such a
+// failure: Pause fails at once, and a later Pause that finds the sandbox stopped calls
+// it died.
 //
 // After SpareOnFullVolume, once a checkpoint failed for want of space on the images
 // volume, no checkpoint starts while the volume has no more free space than that one
@@ -472,6 +475,12 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 				return "", r.lost(id, fmt.Errorf("found stopped after a checkpoint of it had failed (%w): %w", earlier, err))
 			}
 			return "", r.died(ctx, id, err)
+		}
+		if errors.Is(err, runsc.ErrNotReached) {
+			// No save began, so none can have stopped it: not a failed checkpoint,
+			// which would call its stop at a retry a loss. It runs, or is ending;
+			// a retry tells (row 1782).
+			return "", fmt.Errorf("runsc checkpoint %s: %w; log %s", id, err, r.log(id))
 		}
 		return "", r.checkpointFailed(ctx, id, err)
 	}
