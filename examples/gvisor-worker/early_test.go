@@ -25,7 +25,10 @@ import (
 // checkpoint of a container ID with a file dir/slow-ID (the seconds in it); then it holds it
 // while a file dir/hold-ID exists; then it fails it if a file dir/fail-ID exists, or
 // once, removing it and dir/slow-ID, if a file dir/once-ID does, or with runsc's words
-// for a call the sandbox closed unread (connection reset) if a file dir/reset-ID does; it sends no signal to a
+// for a call the sandbox closed unread (connection reset) if a file dir/reset-ID does; once
+// a checkpoint of a container with a file dir/staysrunning-ID has succeeded, its state says
+// running while that file exists (its stop not seen: a sandbox process slow to end, a
+// runsc state slow under load); it sends no signal to a
 // container with a file dir/deaf-ID (a kill that does not reach it), and no SIGTERM to one
 // with a file dir/deafterm-ID (an actor that does not exit on it); it ends a checkpoint of
 // a container with a file dir/aftersignal-ID, done, only once it has sent a signal to each
@@ -54,7 +57,10 @@ case " $* " in
 	`+real+` "$@"; rc=$?
 	[ -e $d/aftersignal-$last ] && for k in $(cat $d/aftersignal-$last); do while [ -d $d ] && ! grep -q "^kill $k " $d/calls 2>/dev/null; do sleep 0.02; done; done
 	echo "checkpointed $last" >> $d/calls; echo "$(date +%s.%N) checkpointed $last" >> $d/times
+	[ $rc = 0 ] && [ -e $d/staysrunning-$last ] && touch $d/unseen-$last
 	exit $rc ;;
+*" state "*)
+	[ -e $d/unseen-$last ] && [ -e $d/staysrunning-$last ] && { printf '{"id":"%s","status":"running","pid":1,"bundle":"/b"}' $last; exit 0; } ;;
 *" kill "*)
 	echo "kill $prev $last" >> $d/calls; echo "$(date +%s.%N) kill $prev $last" >> $d/times
 	[ -e $d/deaf-$prev ] && exit 0

@@ -466,7 +466,9 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		return "", backoff.Permanent(fmt.Errorf("runsc checkpoint %s not started: the images volume has %d bytes free, no more than when a checkpoint that failed for want of space began (%d: %w); a save that fails stops the sandbox, its state lost: it runs on",
 			id, free, full.free, full.err))
 	}
-	if err := r.Runtime.Checkpoint(context.WithoutCancel(ctx), id, image); err != nil {
+	// Its image, not its stop: a checkpoint's record waited for the container to be
+	// seen stopped, up to runsc.StopWait whatever the deadline (row 1783).
+	if err := r.Runtime.CheckpointImage(context.WithoutCancel(ctx), id, image); err != nil {
 		if known && strings.Contains(err.Error(), "no space left on device") {
 			r.setNoSpace(free, err)
 		}
