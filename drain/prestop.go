@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -416,7 +417,7 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 	// What List returned, nil when it was abandoned: a variable the call
 	// wrote was read here while an abandoned List, returning late, wrote it.
 	unwatch := d.watchListing(time.Now(), dl)
-	sbs, err := bounded.Call(ctx, returnSlack, d.lister.List)
+	sbs, err := bounded.Call(ctx, returnSlack, d.list)
 	unwatch()
 	switch {
 	case err != nil && (parent.Err() != nil || d.force.Err() != nil):
@@ -434,6 +435,38 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 	d.listWorks()
 	d.record(parent, sbs, nil)
 	return len(sbs)
+}
+
+// list calls the Lister for a count of drain's own. An error whose methods
+// would panic (a typed nil: a nil *T returned as an error; an Error that
+// reads a field of an answer that never came) is met here, in the call
+// bounded.Call recovers, and replaced by one naming its type, the
+// sandboxes returned with it kept: met later, by the log line's Error
+// outside any recover, it ended the process mid-drain with every sandbox
+// not yet preserved. Pause treats its own listings' so (docs/faults.md
+// rows 1881, 1882).
+func (d *Drainer) list(ctx context.Context) ([]pause.Sandbox, error) {
+	sbs, err := d.lister.List(ctx)
+	return sbs, readableListErr(err)
+}
+
+// readableListErr is err, a Lister's, or an error naming its type when
+// its Error or Unwrap would panic.
+func readableListErr(err error) (readable error) {
+	if err == nil {
+		return nil
+	}
+	if isNilValue(err) { // its methods dereference the nil: not called
+		return fmt.Errorf("drain: the Lister returned a nil %T as its error, which is not a nil error: the count failed after the sandboxes it gave", err)
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			readable = fmt.Errorf("drain: the Lister returned an error (%T) whose Error or Unwrap panicked: %v", err, v)
+		}
+	}()
+	_ = err.Error()
+	_ = errors.Is(err, context.Canceled) // its Unwrap chain
+	return err
 }
 
 // record records a count of the running sandboxes sbs; with last, the

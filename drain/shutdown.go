@@ -766,7 +766,7 @@ func (d *Drainer) accounted(ctx context.Context, pr *pause.Report) bool {
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), returnSlack)
 	defer cancel()
-	sbs, err := bounded.Call(lctx, 0, d.lister.List)
+	sbs, err := bounded.Call(lctx, 0, d.list)
 	if err != nil {
 		return false
 	}
