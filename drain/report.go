@@ -86,12 +86,16 @@ type Report struct {
 	// Preserve is the Preserver's account of every sandbox, with every
 	// step's final sweep merged in (a step whose Detail is a *pause.Report,
 	// see Step), and so is the preserve phase's second Run after gated
-	// operations still in flight (see Drainer.Shutdown): a sandbox the sweep found running again counts one more
-	// Relisted and takes the sweep's outcome (still Preserved when the
-	// sweep's preserve found it already gone: Vanished), and one the
-	// preserve phase never listed gets an entry, its Pass counted on from
-	// the phase's passes. A sweep is not merged when the preserve phase
-	// left no account (Preserve nil, or Unknown).
+	// operations still in flight (see Drainer.Shutdown): a sandbox the
+	// sweep found running again counts one more Relisted and takes the
+	// sweep's outcome (still Preserved when the sweep's preserve found it
+	// already gone: Vanished, as a preserve again within a Run); one the
+	// preserve phase could not preserve takes the sweep's outcome and, when
+	// the sweep made no Preserve call for it (not started), keeps the
+	// phase's Error and Stack after the sweep's own; and one the preserve
+	// phase never listed gets an entry, its Pass counted on from the
+	// phase's passes. A sweep is not merged when the preserve phase left no
+	// account (Preserve nil, or Unknown).
 	Preserve *pause.Report `json:"preserve,omitempty"`
 	// Unaccounted is, when the preserve phase left no Preserve report (the
 	// Preserver was abandoned at its hard deadline, panicked, or returned
@@ -355,7 +359,10 @@ func (d *Drainer) mergeSweep(rep *Report, p PhaseReport) {
 // that the Report says what became of every sandbox at the end: one the
 // phase preserved and the sweep found running again counts one more
 // Relisted, with the sweep's attempts, and takes the sweep's outcome (still
-// preserved when the sweep's preserve said it was already: gone); one the
+// preserved when the sweep's preserve said it was already: gone, as a
+// preserve again does within a Run); one the phase could not preserve
+// takes the sweep's outcome too, and, when the sweep made no Preserve call
+// for it, keeps the phase's error (keepWhyNotPreserved); one the
 // phase never listed gets an entry, first listed by the pass after the
 // phase's last. The counts are computed again.
 func mergeSweep(into, sweep *pause.Report) {
@@ -382,6 +389,9 @@ func mergeSweep(into, sweep *pause.Report) {
 		if prior.Outcome == pause.Preserved && e.Outcome == pause.Vanished {
 			e.Outcome, e.Error = pause.Preserved, ""
 		}
+		if e.Attempts == 0 && prior.Outcome.Lost() {
+			keepWhyNotPreserved(&e, prior)
+		}
 		e.Pass = prior.Pass
 		e.Attempts += prior.Attempts
 		e.Relisted += prior.Relisted
@@ -396,4 +406,26 @@ func mergeSweep(into, sweep *pause.Report) {
 		counts[e.Outcome]++
 	}
 	into.Counts = counts
+}
+
+// keepWhyNotPreserved gives e, a sweep's entry of a sandbox it made no
+// Preserve call for (not started: forced, or its time ran out first), the
+// error and stack of prior, the entry of the Run before that could not
+// preserve it: the last error a Preserve returned for it (an Entry's
+// Error), and why it still ran. Replaced by the sweep's, the Report said
+// "force mode: no new pause is sent", or nothing, where a server's answer
+// to every pause had kept it running (docs/faults.md row 1941). An error
+// of the sweep's that already says prior's (the supervisor's sweep adds
+// it, row 1764) is kept as it is.
+func keepWhyNotPreserved(e *pause.Entry, prior *pause.Entry) {
+	if prior.Error != "" && !strings.Contains(e.Error, prior.Error) {
+		if e.Error == "" {
+			e.Error = prior.Error
+		} else {
+			e.Error += "; not preserved before: " + prior.Error
+		}
+	}
+	if e.Stack == "" {
+		e.Stack = prior.Stack
+	}
 }
