@@ -93,5 +93,8 @@
 // handlers, and then this Stop returns after 50 ms, leaving it running, and
 // reports the RPCs cut); and with both interceptors, first in
 // their chains, Stop (and Step) fail only when they may have cut an RPC,
-// not for a connection with none whose client never answered the GOAWAY.
+// not for a connection with none whose client never answered the GOAWAY,
+// and Step stops the server its reserve after the last RPC's handler
+// returned, when that is before its deadline (a client that stopped
+// reading a response holds GracefulStop, not work).
 package draingrpc

@@ -351,7 +351,7 @@ type Server interface {
 // A nil s (or a nil *grpc.Server in it) is not called: Stop returns an
 // error saying so.
 func Stop(ctx context.Context, s Server, g *drain.Gate) error {
-	_, err := stop(ctx, s, g)
+	_, _, err := stop(ctx, s, g, 0)
 	return err
 }
 
@@ -364,10 +364,13 @@ func Stop(ctx context.Context, s Server, g *drain.Gate) error {
 // reported.
 const stopReturn = 50 * time.Millisecond
 
-// stop is Stop, and says whether grpc's Stop was left running (held).
-func stop(ctx context.Context, s Server, g *drain.Gate) (held bool, err error) {
+// stop is Stop, which also calls grpc's Stop, before ctx ends, once no RPC
+// has been in the handlers of g's interceptors for reserve (none when
+// zero: see gateState.quiet); quiet says it did. held says grpc's Stop was
+// left running.
+func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (held, quiet bool, err error) {
 	if s == nil || reflect.ValueOf(s).Kind() == reflect.Pointer && reflect.ValueOf(s).IsNil() {
-		return false, errors.New("draingrpc: the Server is nil: no server to stop")
+		return false, false, errors.New("draingrpc: the Server is nil: no server to stop")
 	}
 	done := make(chan struct{})
 	go func() {
@@ -376,14 +379,18 @@ func stop(ctx context.Context, s Server, g *drain.Gate) (held bool, err error) {
 	}()
 	end := stopWatches(g)
 	defer end()
-	select {
-	case <-done:
-		return false, nil
-	case <-ctx.Done():
-	}
 	var st *gateState
 	if g != nil {
 		st = stateOf(g)
+	}
+	qctx, unquiet := context.WithCancel(ctx)
+	defer unquiet()
+	select {
+	case <-done:
+		return false, false, nil
+	case <-ctx.Done():
+	case <-st.quiet(qctx, reserve):
+		quiet = true
 	}
 	idle := st.idle()
 	stopped := make(chan struct{})
@@ -398,31 +405,57 @@ func stop(ctx context.Context, s Server, g *drain.Gate) (held bool, err error) {
 	case <-t.C:
 		held = true
 	}
-	if idle(held) {
-		return held, nil // GracefulStop waited for connections only: Stop cut no RPC
+	switch {
+	case idle(held):
+		return held, quiet, nil // GracefulStop waited for connections only: Stop cut no RPC
+	case quiet:
+		return held, quiet, errors.New("RPCs reached their handlers as the step's reserve after the last one ran out; stopped them")
 	}
-	return held, ctx.Err()
+	return held, quiet, ctx.Err()
 }
 
 // heldStop is a Step's detail when grpc's Stop had not returned shortly
 // after the step's deadline (see Stop) and was left running.
 const heldStop = "grpc's Stop did not return after the deadline, left running: a connection still in its handshake holds it until grpc.ConnectionTimeout (120 s unless set), and with grpc.WaitForHandlers(true) a running handler does"
 
+// quietStop is a Step's detail when it called grpc's Stop its reserve
+// after the last RPC ended, before its deadline.
+const quietStop = "GracefulStop still waited %v after the last RPC's handler returned (the step's reserve): " +
+	"a response its client has not read (HTTP/2's flow control: a client that stopped reading), or a connection that did not close; Stop closed them, no handler running"
+
 // Step returns a drain teardown Step that runs Stop on s and g with the
 // step's context: GracefulStop, ending g's health Watches, then Stop at the
-// step's deadline. g is the gate of s's interceptors (drain.Config.Gate).
-// When grpc's Stop was left running (see Stop), the step's detail in the
-// Report says so.
+// step's deadline, or reserve after the last RPC in the handlers of g's
+// interceptors returned, when that is earlier (an RPC that reaches one
+// meanwhile is waited for, and the reserve runs again from its end). What
+// GracefulStop still waits for then is no RPC's work but a connection:
+// one whose client stopped reading a response its handler queued (grpc
+// holds it, and GracefulStop the connection, until the client reads it),
+// which held the step, and the process and its pod, to the deadline, up
+// to the whole grace, as an HTTP step was held before its own reserve's
+// bound (see drain.HTTPServerStep); Stop then cuts no handler, the step is
+// ok, and its detail says so. The bound needs both interceptors made with
+// g, first in their chains, as Stop's count of cut RPCs does; without them
+// (or with a zero reserve) the step waits to its deadline. g is the gate of
+// s's interceptors (drain.Config.Gate). When grpc's Stop was left running
+// (see Stop), the step's detail in the Report says so.
 func Step(name string, s Server, g *drain.Gate, reserve time.Duration) drain.Step {
 	return drain.NewStep(deadline.Phase{Name: name, Reserve: deadline.Fixed(reserve)}, func(ctx context.Context) (any, error) {
-		held, err := stop(ctx, s, g)
-		var detail any
+		held, quiet, err := stop(ctx, s, g, reserve)
+		var notes []string
+		if quiet {
+			notes = append(notes, fmt.Sprintf(quietStop, reserve))
+		}
 		if held {
-			detail = heldStop
+			notes = append(notes, heldStop)
 		}
-		if err != nil { // ctx's error: Stop had to cut RPCs
-			return detail, errors.Join(errors.New("RPCs still running at the deadline; stopped them"), err)
+		var detail any
+		if len(notes) > 0 {
+			detail = strings.Join(notes, "; ")
 		}
-		return detail, nil
+		if err != nil && !quiet { // ctx's error: Stop had to cut RPCs
+			err = errors.Join(errors.New("RPCs still running at the deadline; stopped them"), err)
+		}
+		return detail, err
 	})
 }

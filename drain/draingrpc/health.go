@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"weak"
 
 	"google.golang.org/grpc"
@@ -187,6 +188,10 @@ type gateState struct {
 	calls         map[*call]struct{}
 	checks        map[*cutCheck]struct{}
 	unary, stream atomic.Bool // an interceptor of that kind was made with the gate
+	// moved is closed, and cleared, when an RPC reaches or leaves a
+	// handler; made by a Step waiting for its reserve (quiet), nil
+	// otherwise, so that an RPC closes nothing when none waits.
+	moved chan struct{}
 }
 
 // A call is one RPC in an interceptor's handler.
@@ -243,13 +248,69 @@ func (s *gateState) rpc(ctx context.Context) (done func()) {
 	for chk := range s.checks {
 		chk.calls = append(chk.calls, c)
 	}
+	s.move()
 	s.mu.Unlock()
 	return func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		c.done, c.cut = true, ctx.Err() != nil
 		delete(s.calls, c)
+		s.move()
 	}
+}
+
+// move tells the Steps waiting for their reserve (quiet) that an RPC
+// reached or left a handler. s.mu is held.
+func (s *gateState) move() {
+	if s.moved != nil {
+		close(s.moved)
+		s.moved = nil
+	}
+}
+
+// quiet returns a channel closed once no RPC has been in the handlers of
+// the gate's interceptors for reserve: reserve after the last one
+// returned, or after quiet was called when none was in one; an RPC that
+// reaches a handler meanwhile is waited for, and the reserve runs again
+// from its end. It is never closed when ctx ends first, for a nil s or a
+// reserve of zero, nor when the gate's interceptors are not of both kinds
+// (an RPC of the other kind would run uncounted).
+func (s *gateState) quiet(ctx context.Context, reserve time.Duration) <-chan struct{} {
+	ch := make(chan struct{})
+	if s == nil || reserve <= 0 || !s.unary.Load() || !s.stream.Load() {
+		return ch
+	}
+	go func() {
+		for {
+			s.mu.Lock()
+			running := len(s.calls)
+			if s.moved == nil {
+				s.moved = make(chan struct{})
+			}
+			moved := s.moved
+			s.mu.Unlock()
+			if running > 0 {
+				select {
+				case <-moved:
+					continue
+				case <-ctx.Done():
+					return
+				}
+			}
+			t := time.NewTimer(reserve)
+			select {
+			case <-t.C:
+				close(ch)
+				return
+			case <-moved: // an RPC reached a handler: waited for, then the reserve again
+				t.Stop()
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+	}()
+	return ch
 }
 
 // idle returns a function that reports whether a Stop, called after idle,

@@ -47,13 +47,14 @@ func (f backlogFollow) StreamingOutputCall(_ *testgrpc.StreamingOutputCallReques
 // Send waiting then, as it wakes a RecvMsg (row 270): the handler
 // returns, and the grpc step's Stop cuts no RPC, so the step is ok (grpc's
 // transport still holds the backlog it queued, and GracefulStop the
-// connection, until the step's deadline). Fault (row 1843): the handler
+// connection, until the step's reserve after the handler returned, row
+// 1942). Fault (row 1843): the handler
 // stayed in its Send until that Stop, which cut it and failed the drain,
 // "RPCs still running at the deadline; stopped them". On loopback:
 //
 //	the follow sends its backlog; its client reads none of it: the second Send waits
 //	the drain: the preserve phase ends, the follow's Send fails (Unavailable, "server stopping")
-//	the grpc step: its deadline; Stop closes the connection, no RPC in it; ok
+//	the grpc step: its reserve after that; Stop closes the connection, no RPC in it; ok
 func TestAGRPCFollowWhoseClientStoppedReadingEndsWithThePreservePhase(t *testing.T) {
 	g := &drain.Gate{Exempt: []drain.Class{drain.Stream}} // as the one-call path
 	classify := Methods(map[string]drain.Class{testgrpc.TestService_StreamingOutputCall_FullMethodName: drain.Stream}, drain.Create)
