@@ -109,7 +109,10 @@ func withQuery(path, kv string) string {
 // sends no pause lists known instead). When the listing of the paused
 // ones fails at its first page, the ones the unfiltered listing shows
 // running are listed, with the error, and none shown paused: a pause for
-// every paused sandbox of the node is no request's cost.
+// every paused sandbox of the node is no request's cost. So are they when
+// the unfiltered listing was answered 429, or 503 with a Retry-After: the
+// listing of the paused ones is not sent before the time it names, and
+// the error's RetryAt says when to list again (listPaused).
 func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 	sbs, _, err := l.list(ctx)
 	return sbs, err
@@ -141,7 +144,7 @@ func (l *notPaused) list(ctx context.Context) (sbs []pause.Sandbox, unreached ma
 	if len(listed) == 0 {
 		return nil, nil, listErr
 	}
-	pausedSbs, pausedErr := l.paused.List(ctx)
+	pausedSbs, pausedErr := l.listPaused(ctx, listErr)
 	var se *httpsource.StatusError
 	// none: the listing of the paused ones reached none (its first page
 	// failed); the ones the unfiltered listing shows running are known not
@@ -177,6 +180,23 @@ func (l *notPaused) list(ctx context.Context) (sbs []pause.Sandbox, unreached ma
 		out = append(out, b)
 	}
 	return out, unreached, listErr
+}
+
+// listPaused lists the paused sandboxes (state=paused), unless listErr,
+// the error of the unfiltered listing just made, asks for no request
+// before a time still to come (a pause.Lister's RetryAt: a page answered
+// 429, or 503 with a Retry-After, by a proxy in front of AgentENV, which
+// sends neither itself). Then the request is not sent, and its error says
+// so, as one whose first page failed: the listing gives the sandboxes
+// shown running, and is made again at that time (pause.Lister). Sent at
+// once, it asked again, milliseconds after the answer, a server that had
+// said when to ask (docs/faults.md row 1980).
+func (l *notPaused) listPaused(ctx context.Context, listErr error) ([]pause.Sandbox, error) {
+	var ra interface{ RetryAt() time.Time }
+	if errors.As(listErr, &ra) && time.Now().Before(ra.RetryAt()) {
+		return nil, fmt.Errorf("not sent: the server asked for no listing before %s", ra.RetryAt().Format(time.RFC3339Nano))
+	}
+	return l.paused.List(ctx)
 }
 
 // shownPaused reports whether the unfiltered listing showed sb paused
