@@ -113,8 +113,9 @@
 //     listed until seven eighths, and preserved if listed paused then, its
 //     entry's error saying "finished late", that listing made again at the
 //     time a Retry-After names; and one it preserved that AgentENV lists
-//     running once its pauses are over, a pause answered success that did
-//     not pause it or a resume since, is failed, lost), closes its API client's idle
+//     running once its pauses are over, before that wait, a pause answered
+//     success that did not pause it or a resume since, is failed, lost),
+//     closes its API client's idle
 //     connections (nothing is asked of the server after its SIGTERM, and a
 //     graceful shutdown that waits for open connections would wait for
 //     ours), sends the server its SIGTERM with the time left, waits for it (SIGKILL at the

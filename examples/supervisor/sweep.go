@@ -44,9 +44,10 @@ import (
 // running ones; in front of AgentENV every one not paused: notPaused),
 // within the server step's ctx, and pauses them: none starts after half
 // the step's time, and the ones in flight are waited for until three
-// quarters; in front of AgentENV, the ones it gave up on then are listed
-// until seven eighths while the server shows them being paused, and each
-// listed paused is preserved, finished late (finishedLate). It returns its
+// quarters; in front of AgentENV, one it preserved that the server still
+// lists running then is failed (stillRunning), and the ones it gave up on
+// are listed until seven eighths while the server shows them being paused,
+// each listed paused preserved, finished late (finishedLate). It returns its
 // account (nil when it listed nothing), and an error naming the ones it
 // could not pause. A listing that fails is logged at ERROR and becomes the
 // Report's note (and so the termination message's), and makes the exit
@@ -117,8 +118,13 @@ func (s *supervisor) sweepRun(ctx context.Context) (*pause.Report, error) {
 		}
 	}()
 	rep := p.Run(starts, s.sweepWin.hard())
-	s.finishedLate(settling, rep, s.sweepWin.settled())
+	// The check first: the wait for the pauses given up on may last until
+	// settling ends, and the check's listing, after it, was cut before it
+	// was sent, a sandbox still running left preserved (docs/faults.md
+	// row 1981). A pause the wait sees finish was listed paused: no check
+	// is owed it.
 	s.stillRunning(settling, rep)
+	s.finishedLate(settling, rep, s.sweepWin.settled())
 	return rep, nil
 }
 
@@ -474,8 +480,10 @@ func (s *supervisor) finishedLate(ctx context.Context, rep *pause.Report, by tim
 // server's SIGTERM, which only this sweep comes before, ends it unpaused.
 // Counted preserved, the Report said 0 lost of a sandbox the next
 // listing showed running (docs/faults.md row 1372). It lists only when
-// the sweep preserved any; a listing that fails leaves rep as the pauses'
-// answers made it, and says so.
+// the sweep preserved any, and before the wait for the pauses the sweep
+// gave up on (finishedLate), which may use ctx's time up (row 1981); a
+// listing that fails leaves rep as the pauses' answers made it, and says
+// so.
 func (s *supervisor) stillRunning(ctx context.Context, rep *pause.Report) {
 	l, ok := s.sweepList.(*notPaused)
 	if !ok || rep.Counts[pause.Preserved] == 0 {
