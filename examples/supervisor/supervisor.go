@@ -1258,6 +1258,18 @@ func (s *supervisor) routes() http.Handler {
 // row 962).
 const readyTimeout = 2 * time.Second
 
+// A readyCut is the cause of a readiness listing readyTimeout cut, which
+// httpsource's error names ("no answer before its context ended (...)"):
+// "context deadline exceeded" alone did not tell the operator reading why
+// the pod is not Ready that limit from the server's, a proxy's or the
+// probe's (docs/faults.md row 1982). It is a deadline, as the cut is.
+type readyCut struct{}
+
+func (readyCut) Error() string {
+	return fmt.Sprintf("/readyz's %v limit on the server's listing", readyTimeout)
+}
+func (readyCut) Unwrap() error { return context.DeadlineExceeded }
+
 // ready answers 200 when the server answers its list within readyTimeout,
 // 503 otherwise.
 func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
@@ -1265,7 +1277,7 @@ func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, *msg, http.StatusServiceUnavailable)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	ctx, cancel := context.WithTimeoutCause(r.Context(), readyTimeout, readyCut{})
 	defer cancel()
 	if _, err := s.counted.RunningIDs(ctx); err != nil {
 		if !s.logKeyRefused(err) && r.Context().Err() == nil {
