@@ -15,7 +15,9 @@ import (
 )
 
 // MaxBytes is the kubelet's limit on a container's termination message:
-// it reads at most this much of the file.
+// it reads at most this much of the file, its end when the file is longer
+// (tail.ReadAtMost), which would lose the verdict: Write cuts a longer
+// message itself, keeping its head.
 const MaxBytes = 4096
 
 // DefaultPath is the container's terminationMessagePath when the manifest
@@ -27,100 +29,170 @@ const DefaultPath = "/dev/termination-log"
 const EnvPath = "DRAINKIT_TERMINATION_LOG"
 
 // Summary returns the compact account of a drain for the pod's last state,
-// at most MaxBytes: the verdict first, then T0 and SIGKILL, every phase's
-// result and duration, why a step failed, a pod's name that is not the pod's
-// (drain.Report.PodMismatch), the sandboxes by outcome, as many lost sandbox IDs
-// as fit, and the lines of extra (for example where the full Report is).
-// A nil rep says that no drain ran. The lines an operator needs most come
-// first, so a cut loses the least.
+// at most MaxBytes, laid out for the pod's cut (KeptBytes): the verdict
+// first, then the sandboxes by outcome, then, in a message longer than
+// KeptBytes, a line saying how long it is and that the pod's status may
+// end it early, then the lines of extra (why the server exits 1, where the
+// full Report is), T0 and SIGKILL, every phase's result and duration, a
+// pod's name that is not the pod's (drain.Report.PodMismatch), why a step
+// failed, the work the gate refused, and last the lost sandboxes: how many
+// and how many the line names before the first ID, each ID ending with its
+// outcome in parentheses, so a cut ID reads as cut. A nil rep says that no
+// drain ran.
 func Summary(rep *drain.Report, extra ...string) string {
-	var head []string
+	return SummaryWith(rep, nil, extra...)
+}
+
+// SummaryWith is Summary whose first line, the verdict, is verdict's
+// rewrite of it when verdict is not nil (a supervisor adding what the
+// drain's account does not know), made before the layout, so the message
+// still fits MaxBytes and says its own length.
+func SummaryWith(rep *drain.Report, verdict func(line string) string, extra ...string) string {
+	lead, rest := parts(rep)
+	if verdict != nil {
+		lead[0] = verdict(lead[0])
+	}
+	rest = append(slices.Clone(extra), rest...)
+	var lost []string
+	if rep != nil && rep.Preserve != nil {
+		lost = lostIDs(rep.Preserve)
+	}
+	note := ""
+	for {
+		// The note counts the message it is in: settled at the second pass,
+		// since its length is the same for every message it is in (4 digits).
+		msg := compose(lead, note, rest, lost)
+		want := ""
+		if len(msg) > KeptBytes {
+			want = fmt.Sprintf("this message is %d bytes: a pod's status keeps 12288 / its containers "+
+				"(init and debug ones too) of them, so it may end early", len(msg))
+		}
+		if want == note {
+			return msg
+		}
+		note = want
+	}
+}
+
+// KeptBytes is the most of a message that the pod's status keeps whatever
+// it holds, up to 12 containers: the kubelet (status_manager.go
+// normalizeStatus) cuts each terminated container's message to 12288
+// bytes divided by the pod's containers, init and ephemeral ones too,
+// keeping its head (3072 for 4, 1536 for 8, 1024 for 12). A longer message
+// says so in its first lines.
+const KeptBytes = 1024
+
+// parts returns the lines that come before extra's (the verdict, the
+// sandboxes by outcome) and those that come after them.
+func parts(rep *drain.Report) (lead, rest []string) {
 	if rep == nil {
-		head = append(head, "drainkit: no drain ran")
-	} else {
-		head = append(head, "drainkit: "+verdict(rep))
-		b := rep.Budget
-		line := fmt.Sprintf("T0 %s (%s), grace %s", b.Start.UTC().Format(time.RFC3339), b.Anchor, b.Grace)
-		if !b.SIGTERM.IsZero() {
-			line += ", SIGTERM " + rel(b.SIGTERM, b.Start)
-		}
-		head = append(head, line+", SIGKILL due "+rel(b.Kill, b.Start))
-		var phases []string
-		for _, p := range rep.Phases {
-			phases = append(phases, fmt.Sprintf("%s %s %.3fs", p.Name, p.Result, p.Duration.Seconds()))
-		}
-		head = append(head, "phases: "+strings.Join(phases, "; "))
-		for _, p := range failedSteps(rep) {
-			if why, _, _ := strings.Cut(p.Error, "\n"); why != "" { // the rest is in the full Report
-				head = append(head, fmt.Sprintf("%s %s: %s", p.Name, p.Result, clip(why, maxWhy)))
-			}
-		}
-		if why, _, _ := strings.Cut(rep.PodMismatch, "\n"); why != "" { // Err fails on it: the exit status 1
-			head = append(head, fmt.Sprintf("pod misnamed: %s or %s is not this pod's, so no deletion of it could be read: %s",
-				drain.EnvPodName, drain.EnvPodUID, clip(why, maxWhy)))
-		}
-		if pr := rep.Preserve; pr != nil {
-			var counts []string
-			for _, o := range []pause.Outcome{pause.Preserved, pause.Vanished, pause.Failed, pause.TimedOut, pause.NotStarted} {
-				if n := pr.Counts[o]; n > 0 {
-					counts = append(counts, fmt.Sprintf("%s %d", o, n))
-				}
-			}
-			if pr.Unknown {
-				counts = append(counts, "UNKNOWN: no listing succeeded: "+pr.ListErr)
-			}
-			if pr.Incomplete {
-				counts = append(counts, "INCOMPLETE: no listing was complete: "+pr.ListErr)
-			}
-			if len(counts) == 0 { // no sandbox listed: the line said "sandboxes: 0: " and stopped
-				counts = append(counts, "none listed")
-			}
-			head = append(head, fmt.Sprintf("sandboxes: %d: %s", len(pr.Entries), strings.Join(counts, ", ")))
-		} else if noAccount(rep) != "" {
-			p := rep.Phase(drain.PhasePreserve)
-			n := "unknown"
-			if rep.Unaccounted > 0 {
-				n = fmt.Sprintf("%d counted, none accounted for", rep.Unaccounted)
-			}
-			why, _, _ := strings.Cut(p.Error, "\n") // a panic's stack is in the full Report
-			head = append(head, fmt.Sprintf("sandboxes: %s: the preserve phase %s: %s", n, p.Result, why))
-		}
-		if line := refusedLine(rep); line != "" {
-			head = append(head, line)
+		return []string{"drainkit: no drain ran"}, nil
+	}
+	lead = append(lead, "drainkit: "+verdict(rep))
+	if line := sandboxesLine(rep); line != "" {
+		lead = append(lead, line)
+	}
+	b := rep.Budget
+	line := fmt.Sprintf("T0 %s (%s), grace %s", b.Start.UTC().Format(time.RFC3339), b.Anchor, b.Grace)
+	if !b.SIGTERM.IsZero() {
+		line += ", SIGTERM " + rel(b.SIGTERM, b.Start)
+	}
+	rest = append(rest, line+", SIGKILL due "+rel(b.Kill, b.Start))
+	var phases []string
+	for _, p := range rep.Phases {
+		phases = append(phases, fmt.Sprintf("%s %s %.3fs", p.Name, p.Result, p.Duration.Seconds()))
+	}
+	rest = append(rest, "phases: "+strings.Join(phases, "; "))
+	if why, _, _ := strings.Cut(rep.PodMismatch, "\n"); why != "" { // Err fails on it: the exit status 1
+		rest = append(rest, fmt.Sprintf("pod misnamed: %s or %s is not this pod's, so no deletion of it could be read: %s",
+			drain.EnvPodName, drain.EnvPodUID, clip(why, maxWhy)))
+	}
+	for _, p := range failedSteps(rep) {
+		if why, _, _ := strings.Cut(p.Error, "\n"); why != "" { // the rest is in the full Report
+			rest = append(rest, fmt.Sprintf("%s %s: %s", p.Name, p.Result, clip(why, maxWhy)))
 		}
 	}
-	head = append(head, extra...)
-	out := strings.Join(head, "\n") + "\n"
+	if line := refusedLine(rep); line != "" {
+		rest = append(rest, line)
+	}
+	return lead, rest
+}
+
+// sandboxesLine counts the sandboxes by outcome, or says why there is no
+// account of them; "" for a drain with no preserve phase.
+func sandboxesLine(rep *drain.Report) string {
+	pr := rep.Preserve
+	if pr == nil {
+		if noAccount(rep) == "" {
+			return ""
+		}
+		p := rep.Phase(drain.PhasePreserve)
+		n := "unknown"
+		if rep.Unaccounted > 0 {
+			n = fmt.Sprintf("%d counted, none accounted for", rep.Unaccounted)
+		}
+		why, _, _ := strings.Cut(p.Error, "\n") // a panic's stack is in the full Report
+		return fmt.Sprintf("sandboxes: %s: the preserve phase %s: %s", n, p.Result, clip(why, maxWhy))
+	}
+	var counts []string
+	for _, o := range []pause.Outcome{pause.Preserved, pause.Vanished, pause.Failed, pause.TimedOut, pause.NotStarted} {
+		if n := pr.Counts[o]; n > 0 {
+			counts = append(counts, fmt.Sprintf("%s %d", o, n))
+		}
+	}
+	listErr, _, _ := strings.Cut(pr.ListErr, "\n") // a line of its own, and the counts' line bounded
+	if pr.Unknown {
+		counts = append(counts, "UNKNOWN: no listing succeeded: "+clip(listErr, maxWhy))
+	}
+	if pr.Incomplete {
+		counts = append(counts, "INCOMPLETE: no listing was complete: "+clip(listErr, maxWhy))
+	}
+	if len(counts) == 0 { // no sandbox listed: the line said "sandboxes: 0: " and stopped
+		counts = append(counts, "none listed")
+	}
+	return fmt.Sprintf("sandboxes: %d: %s", len(pr.Entries), strings.Join(counts, ", "))
+}
+
+// compose joins the lines, note after lead when it is not "", and ends
+// with the lost line, as many of lost as fit in MaxBytes: its count and how
+// many it names come first, so that a cut can only shorten the list of IDs.
+func compose(lead []string, note string, rest, lost []string) string {
+	lines := slices.Clone(lead)
+	if note != "" {
+		lines = append(lines, note)
+	}
+	out := strings.Join(append(lines, rest...), "\n") + "\n"
 	if len(out) > MaxBytes {
 		return cut(out)
 	}
-	if rep == nil || rep.Preserve == nil || rep.Preserve.Lost() == 0 {
+	if len(lost) == 0 {
 		return out
 	}
-	lost := lostIDs(rep.Preserve)
-	const prefix = "lost: "
-	room := MaxBytes - len(out) - len(prefix) - 1
-	var ids []string
-	used := 0
-	for i, id := range lost {
-		more := ""
-		if left := len(lost) - i - 1; left > 0 {
-			more = fmt.Sprintf(" ... and %d more", left)
-		}
-		if used+len(id)+1+len(more) > room {
-			rest := fmt.Sprintf("... and %d more", len(lost)-i)
-			if i == 0 && len(rest) > room {
-				// Not even the count fits: the verdict says how many were lost, and a
-				// line past MaxBytes would be cut inside its number.
-				return out
-			}
-			ids = append(ids, rest)
+	return out + lostLine(lost, MaxBytes-len(out))
+}
+
+// lostLine is "lost: N (failures first): ID(outcome) ..." with its newline
+// in room bytes at most, naming as many as fit ("lost: N (failures first; K
+// named, each as ID(outcome)): ..." when not all do), or "" when not even
+// the count fits: the verdict says how many were lost.
+func lostLine(lost []string, room int) string {
+	if line := fmt.Sprintf("lost: %d (failures first): %s\n", len(lost), strings.Join(lost, " ")); len(line) <= room {
+		return line
+	}
+	line := fmt.Sprintf("lost: %d (failures first; none named: no room)\n", len(lost))
+	if len(line) > room {
+		return ""
+	}
+	ids := 0 // bytes of the IDs named so far, with a space before each
+	for named, id := range lost {
+		ids += 1 + len(id)
+		head := fmt.Sprintf("lost: %d (failures first; %d named, each as ID(outcome)):", len(lost), named+1)
+		if len(head)+ids+1 > room {
 			break
 		}
-		ids = append(ids, id)
-		used += len(id) + 1
+		line = head + " " + strings.Join(lost[:named+1], " ") + "\n"
 	}
-	return out + prefix + strings.Join(ids, " ") + "\n"
+	return line
 }
 
 // refusedLine says how much work the gate refused during the drain, from the gate

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,11 +63,11 @@ func TestSummaryLeadsWithTheVerdictAndNamesTheLost(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(msg, "\n"), "\n")
 	require.Len(t, lines, 6)
 	assert.Equal(t, "drainkit: 3 of 200 sandboxes LOST; exited 30.000s before SIGKILL", lines[0])
-	assert.Equal(t, "T0 2026-12-01T09:09:07Z (preStop), grace 1h0m0s, SIGTERM +3555.000s, SIGKILL due +3600.000s", lines[1])
-	assert.Equal(t, "phases: drain timed_out 3555.000s; preserve failed 10.000s", lines[2])
-	assert.Equal(t, "sandboxes: 200: preserved 197, failed 1, not_started 2", lines[3])
-	assert.Equal(t, "full report: /state/last-shutdown.json", lines[4])
-	assert.Equal(t, "lost: sb-000000000000(failed) sb-000000001eef(not_started) sb-000000003dde(not_started)", lines[5],
+	assert.Equal(t, "sandboxes: 200: preserved 197, failed 1, not_started 2", lines[1])
+	assert.Equal(t, "full report: /state/last-shutdown.json", lines[2])
+	assert.Equal(t, "T0 2026-12-01T09:09:07Z (preStop), grace 1h0m0s, SIGTERM +3555.000s, SIGKILL due +3600.000s", lines[3])
+	assert.Equal(t, "phases: drain timed_out 3555.000s; preserve failed 10.000s", lines[4])
+	assert.Equal(t, "lost: 3 (failures first): sb-000000000000(failed) sb-000000001eef(not_started) sb-000000003dde(not_started)", lines[5],
 		"failures first")
 	assert.Equal(t, "drainkit: all 200 sandboxes preserved; exited 30.000s before SIGKILL\n",
 		strings.SplitAfter(termmsg.Summary(report(200, 0)), "\n")[0])
@@ -82,7 +83,7 @@ func TestSummaryNamesASandboxListedWithoutAnID(t *testing.T) {
 			rep.Preserve.Entries[i].ID = ""
 		}
 	}
-	assert.Contains(t, termmsg.Summary(rep), "lost: (no ID)(failed) sb-")
+	assert.Contains(t, termmsg.Summary(rep), "lost: 3 (failures first): (no ID)(failed) sb-")
 }
 
 // The kubelet reads 4 KiB: a node that lost thousands says how many it
@@ -99,19 +100,19 @@ func TestSummaryOfAnAbandonedPreserverSaysTheSandboxesAreUnknown(t *testing.T) {
 	lines := strings.Split(termmsg.Summary(rep), "\n")
 	assert.Equal(t, "drainkit: 200 sandboxes UNKNOWN (the preserve phase was abandoned); exited 30.000s before SIGKILL", lines[0])
 	assert.Equal(t, "sandboxes: 200 counted, none accounted for: the preserve phase abandoned: the Preserver did not return by the hard deadline",
-		lines[3])
+		lines[1])
 
 	rep.Unaccounted = 0 // no count, or a Report from before the field
 	lines = strings.Split(termmsg.Summary(rep), "\n")
 	assert.Equal(t, "drainkit: sandboxes UNKNOWN (the preserve phase was abandoned); exited 30.000s before SIGKILL", lines[0])
-	assert.Equal(t, "sandboxes: unknown: the preserve phase abandoned: the Preserver did not return by the hard deadline", lines[3])
+	assert.Equal(t, "sandboxes: unknown: the preserve phase abandoned: the Preserver did not return by the hard deadline", lines[1])
 }
 
 func TestSummaryFitsTheKubeletsLimit(t *testing.T) {
 	msg := termmsg.Summary(report(10000, 5000))
 	assert.LessOrEqual(t, len(msg), termmsg.MaxBytes)
 	assert.Greater(t, len(msg), termmsg.MaxBytes-64, "the room is used")
-	assert.Regexp(t, `\.\.\. and \d+ more\n$`, msg)
+	assert.Regexp(t, `\nlost: 5000 \(failures first; \d+ named, each as ID\(outcome\)\): sb-000000000000\(failed\) [^\n]*\(not_started\)\n$`, msg)
 	assert.True(t, strings.HasPrefix(msg, "drainkit: 5000 of 10000 sandboxes LOST"))
 
 	long := termmsg.Summary(report(10, 0), strings.Repeat("é", 3000)) // 6000 bytes of two-byte runes
@@ -226,7 +227,8 @@ func TestSummaryOfAnIncompleteListingSaysSo(t *testing.T) {
 // added that line anyway and went past MaxBytes, against its doc, and the cut
 // that Write then made ended the message inside the count: "lost: ... and 31..."
 // for 3127 lost. A lost line that does not fit is left out; the verdict says
-// how many were lost.
+// how many were lost. (The lost line now says its count first, and comes after
+// the other lines, the extra ones too, row 1960.)
 func TestSummaryLeavesOutALostLineThatDoesNotFit(t *testing.T) {
 	rep := report(4000, 3127)
 	head := termmsg.Summary(rep)
@@ -241,13 +243,15 @@ func TestSummaryLeavesOutALostLineThatDoesNotFit(t *testing.T) {
 		got, err := os.ReadFile(written)
 		require.NoError(t, err)
 		assert.True(t, strings.HasPrefix(string(got), "drainkit: 3127 of 4000 sandboxes LOST"))
-		tail := string(got)[strings.LastIndex(strings.TrimSuffix(string(got), "\n"), "\n")+1:]
-		assert.Equal(t, extra+"\n", tail, "room %d: the extra line last and whole, the message not cut", room)
+		assert.Contains(t, string(got), "\n"+extra+"\n", "room %d: the extra line whole", room)
+		assert.True(t, strings.HasSuffix(string(got), "\nphases: drain timed_out 3555.000s; preserve failed 10.000s\n"),
+			"room %d: no lost line, the message not cut", room)
 	}
 	// Room for the count alone, to the byte: it is said.
-	msg := termmsg.Summary(rep, strings.Repeat("x", termmsg.MaxBytes-len(head)-len("lost: ... and 3127 more\n")-1))
+	const count = "lost: 3127 (failures first; none named: no room)\n"
+	msg := termmsg.Summary(rep, strings.Repeat("x", termmsg.MaxBytes-len(head)-len(count)-1))
 	assert.Len(t, msg, termmsg.MaxBytes)
-	assert.True(t, strings.HasSuffix(msg, "x\nlost: ... and 3127 more\n"))
+	assert.True(t, strings.HasSuffix(msg, "\n"+count))
 }
 
 // A server that could not start says so, and why, on one line: a multi-line error (a
@@ -257,7 +261,8 @@ func TestStartFailedSaysNoDrainRanAndWhyOnOneLine(t *testing.T) {
 	assert.Equal(t, "drainkit: no drain ran\nsandboxd: could not start: -hook-listen: a; b\n", msg)
 	long := termmsg.StartFailed("gvisor-worker", errors.New(strings.Repeat("x", 5000)))
 	assert.Len(t, long, termmsg.MaxBytes)
-	assert.True(t, strings.HasPrefix(long, "drainkit: no drain ran\ngvisor-worker: could not start: xxx"))
+	assert.True(t, strings.HasPrefix(long, "drainkit: no drain ran\nthis message is 4096 bytes: a pod's status keeps 12288 / its containers "+
+		"(init and debug ones too) of them, so it may end early\ngvisor-worker: could not start: xxx"), "a message longer than 1024 bytes says the pod's status may cut it")
 }
 
 // Fault: a drain whose Preserver listed no sandbox (a node with none running, the
@@ -267,7 +272,7 @@ func TestStartFailedSaysNoDrainRanAndWhyOnOneLine(t *testing.T) {
 func TestSummaryOfADrainWithNoSandboxesSaysNoneWasListed(t *testing.T) {
 	lines := strings.Split(termmsg.Summary(report(0, 0)), "\n")
 	assert.Equal(t, "drainkit: no sandboxes listed; exited 30.000s before SIGKILL", lines[0])
-	assert.Equal(t, "sandboxes: 0: none listed", lines[3])
+	assert.Equal(t, "sandboxes: 0: none listed", lines[1])
 
 	rep := report(0, 0)
 	rep.Preserve.Incomplete, rep.Preserve.ListErr = true, "page 2: 503 Service Unavailable"
@@ -426,4 +431,120 @@ func TestSummaryVerdictNamesAMisnamedPod(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(termmsg.Summary(rep), "\n"), "\n")
 	assert.Equal(t, "drainkit: all 20 sandboxes preserved; POD MISNAMED; exited 30.000s before SIGKILL", lines[0])
 	assert.Contains(t, lines, `pod misnamed: POD_NAME or POD_UID is not this pod's, so no deletion of it could be read: kube: pod sandboxd/sandboxd-0: another pod under the name (uid "uid-1", want "uid-typo")`)
+}
+
+// What the kubelet v1.34.4 does with the file, as functions (k8s.io/kubernetes@v1.34.4):
+//
+//	file ── kubeletRead: ≤ 4096 bytes, the TAIL ──> container status Message
+//	     ── podStatusCut: ≤ 12288/containers bytes, the HEAD ──> the pod's status in the API
+//
+// kubeletRead is pkg/kubelet/kuberuntime/kuberuntime_container.go getTerminationMessage's
+// tail.ReadAtMost(path, MaxContainerTerminationMessageLength = 4096) (pkg/util/tail/tail.go):
+// it seeks to 4096 bytes before the end, so a longer file loses its HEAD.
+func kubeletRead(file []byte) string {
+	const maxContainerTerminationMessageLength = 1024 * 4
+	if len(file) > maxContainerTerminationMessageLength {
+		return string(file[len(file)-maxContainerTerminationMessageLength:])
+	}
+	return string(file)
+}
+
+// podStatusCut is pkg/kubelet/status/status_manager.go normalizeStatus: each terminated
+// container's Message is cut to MaxPodTerminationMessageLogLength (12288) divided by
+// len(Containers) + len(InitContainers) + len(EphemeralContainers), keeping its head.
+func podStatusCut(msg string, containers int) string {
+	const maxPodTerminationMessageLogLength = 1024 * 12
+	if per := maxPodTerminationMessageLogLength / containers; len(msg) > per {
+		return msg[:per]
+	}
+	return msg
+}
+
+// bigLoss is a drain that lost 3127 of 4000 sandboxes and failed three steps, its gate
+// refusing work, behind a server whose serving stopped: a message near the kubelet's 4 KiB.
+func bigLoss() (*drain.Report, []string) {
+	rep := report(4000, 3127)
+	rep.Phases = append(rep.Phases,
+		drain.PhaseReport{Name: "gate", Result: drain.OK, Detail: map[string]any{"refused": 34,
+			"by": map[string]any{"http": map[string]int{"create": 30, "fork": 4}}, "first_phase": "drain", "last_phase": "preserve"}},
+		drain.PhaseReport{Name: "ublk", Result: drain.Failed, Duration: 100 * time.Millisecond,
+			Error: "ublk: 2 device(s) left live: /dev/ublkb3 held open by pid 4242 (qemu-system-x86), /dev/ublkb7 held open by pid 4250 (qemu-system-x86): " +
+				"the daemon was not stopped: killing it with live devices can hang the host's kernel"},
+		drain.PhaseReport{Name: "http", Result: drain.TimedOut, Duration: 250 * time.Millisecond,
+			Error: "http: 3 connections still open at the step's deadline: context deadline exceeded"},
+		drain.PhaseReport{Name: "grpc", Result: drain.Failed, Duration: 250 * time.Millisecond,
+			Error: "grpc: GracefulStop did not return by its deadline: 2 streams open; Stop called"})
+	stopped := errors.New("serving the API stopped: accept tcp [::]:8080: accept4: too many open files")
+	return rep, termmsg.ServerLines("sandboxd", stopped, "/state/last-shutdown.json", nil)
+}
+
+// entryRE is a lost entry as the lost line writes it: an ID, then its outcome in
+// parentheses, which a cut removes first.
+var entryRE = regexp.MustCompile(`^\S*\((failed|timed_out|not_started)\)$`)
+
+// Fault: with 4 or more containers in the pod (init containers and `kubectl debug`
+// ephemeral ones count), the kubelet keeps 12288/containers bytes of the message (3072,
+// 1536, 1024 for 4, 8, 12), its head, and the message was laid out for the 4096-byte read
+// alone: the lost IDs' "... and 2997 more" at the end of the last line was gone from every
+// such head, the line said nowhere how many it named, the line saying where the full Report
+// is came after the step errors (cut at 1024), and nothing said the message may be cut. Now
+// the counts come first (the verdict, then the sandboxes by outcome), then a line saying how
+// long the message is and that the pod's status may cut it, then the server's lines, and
+// the lost line says how many were lost and how many it names before its first ID, each ID
+// ending with its outcome, so a cut ID reads as cut. Every head of at least 1024 bytes is
+// checked, the kubelet's own among them.
+func TestSummaryUnderThePodsCutSaysTheCountsFirstAndThatItMayBeCut(t *testing.T) {
+	rep, extra := bigLoss()
+	written := filepath.Join(t.TempDir(), "termination-log")
+	_, err := termmsg.Write(written, true, termmsg.Summary(rep, extra...))
+	require.NoError(t, err)
+	file, err := os.ReadFile(written)
+	require.NoError(t, err)
+	msg := kubeletRead(file)
+	require.Equal(t, string(file), msg, "the file fits the kubelet's read: its head is not lost")
+	require.Greater(t, len(msg), 3072, "every pod of 4 or more containers cuts it")
+
+	lines := strings.Split(strings.TrimSuffix(msg, "\n"), "\n")
+	assert.Equal(t, "drainkit: 3127 of 4000 sandboxes LOST; step ublk FAILED; step http TIMED_OUT; step grpc FAILED; exited 30.000s before SIGKILL", lines[0])
+	assert.Equal(t, "sandboxes: 4000: preserved 873, failed 1, not_started 3126", lines[1])
+	note := fmt.Sprintf("this message is %d bytes: a pod's status keeps 12288 / its containers (init and debug ones too) of them, so it may end early", len(msg))
+	assert.Equal(t, note, lines[2])
+	assert.Equal(t, extra, lines[3:5], "the server's lines: why it exits 1, where the full Report is")
+	lost := lines[len(lines)-1]
+	var ids []string
+	for _, f := range strings.Fields(lost) {
+		if entryRE.MatchString(f) {
+			ids = append(ids, f)
+		}
+	}
+	require.NotEmpty(t, ids)
+	assert.True(t, strings.HasPrefix(lost, fmt.Sprintf("lost: 3127 (failures first; %d named, each as ID(outcome)): sb-000000000000(failed) sb-", len(ids))), lost)
+
+	whole := map[string]bool{}
+	for _, id := range ids {
+		whole[id] = true
+	}
+	for k := 1024; k <= len(msg); k++ {
+		head := msg[:k]
+		for _, want := range []string{lines[0], lines[1], note, extra[0], extra[1]} {
+			require.Contains(t, head, want+"\n", "a head of %d bytes", k)
+		}
+		at := strings.Index(head, "\nlost: ")
+		if at < 0 {
+			continue
+		}
+		shown := head[at+1:]
+		if len(shown) > len("lost: 3127 (") {
+			require.True(t, strings.HasPrefix(shown, "lost: 3127 ("), "a head of %d bytes: the count before the IDs: %q", k, shown)
+		}
+		for _, f := range strings.Fields(shown) {
+			require.False(t, entryRE.MatchString(f) && !whole[f], "a head of %d bytes: %q reads as a whole entry and is none", k, f)
+		}
+	}
+	for _, containers := range []int{4, 8, 12} {
+		head := podStatusCut(msg, containers)
+		assert.Len(t, head, 12288/containers)
+		assert.Contains(t, head, note, "%d containers: the message says it may be cut", containers)
+	}
+	assert.Equal(t, msg, podStatusCut(msg, 3), "3 containers keep 4096 bytes: the whole message")
 }
