@@ -1374,30 +1374,30 @@ func (s *supervisor) writeTerminationMessage(rep *Report, reportErr error) {
 // that the drain's account has no entry for, as the exit status does, and
 // saying, after the drain's account, what the final sweep could not list
 // (sweep: its verdict, "" when it listed all), which drain's account does
-// not: "all 20 sandboxes preserved" alone would read as a clean drain.
+// not: "all 20 sandboxes preserved" alone would read as a clean drain. The
+// verdict is rewritten before termmsg lays the message out, so that it
+// still fits the kubelet's read and says its own length (row 1961).
 func summary(rep *Report, before bool, sweep string, extra []string) string {
-	msg := termmsg.Summary(rep.Drain, extra...)
-	first, rest, _ := strings.Cut(msg, "\n")
-	if sweep != "" {
-		if account, after, ok := strings.Cut(first, "; "); ok {
-			first = account + "; " + sweep + "; " + after
-		} else {
-			first += "; " + sweep
-		}
-		msg = first + "\n" + rest
-	}
 	n := rep.lostOutsideDrain()
-	if n == 0 {
-		return msg
+	verdict := func(first string) string {
+		if sweep != "" {
+			if account, after, ok := strings.Cut(first, "; "); ok {
+				first = account + "; " + sweep + "; " + after
+			} else {
+				first += "; " + sweep
+			}
+		}
+		if n == 0 {
+			return first
+		}
+		line := fmt.Sprintf("drainkit: %d sandboxes LOST with the server, which exited on its own", n)
+		switch {
+		case before:
+			return line + " before termination (no drain ran)"
+		case rep.Drain == nil:
+			return line + " during the drain before SIGTERM (no drain report)"
+		}
+		return line + " during the drain; " + strings.TrimPrefix(first, "drainkit: ")
 	}
-	line := fmt.Sprintf("drainkit: %d sandboxes LOST with the server, which exited on its own", n)
-	switch {
-	case before:
-		line += " before termination (no drain ran)"
-	case rep.Drain == nil:
-		line += " during the drain before SIGTERM (no drain report)"
-	default:
-		line += " during the drain; " + strings.TrimPrefix(first, "drainkit: ")
-	}
-	return line + "\n" + rest
+	return termmsg.SummaryWith(rep.Drain, verdict, extra...)
 }
