@@ -57,21 +57,24 @@ func SummaryWith(rep *drain.Report, verdict func(line string) string, extra ...s
 	if rep != nil && rep.Preserve != nil {
 		lost = lostIDs(rep.Preserve)
 	}
-	note := ""
-	for {
-		// The note counts the message it is in: settled at the second pass,
-		// since its length is the same for every message it is in (4 digits).
-		msg := compose(lead, note, rest, lost)
+	// The note counts the message it is in, so it is settled by passes: the
+	// first finds whether one is needed, the second makes room for it, the
+	// third finds it unchanged, since its length is the same in every message
+	// it is in (1025 to 4096 bytes: 4 digits).
+	note, msg := "", ""
+	for range 3 {
+		msg = compose(lead, note, rest, lost)
 		want := ""
 		if len(msg) > KeptBytes {
 			want = fmt.Sprintf("this message is %d bytes: a pod's status keeps 12288 / its containers "+
 				"(init and debug ones too) of them, so it may end early", len(msg))
 		}
 		if want == note {
-			return msg
+			break
 		}
 		note = want
 	}
+	return msg
 }
 
 // KeptBytes is the most of a message that the pod's status keeps whatever
