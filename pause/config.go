@@ -1,6 +1,7 @@
 package pause
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,8 +29,9 @@ const (
 	defaultEstimate = time.Second
 	// defaultProgressInterval is how often a Run logs a progress line.
 	defaultProgressInterval = 10 * time.Second
-	// defaultMaxRetryTime bounds the retries of one sandbox in the default
-	// backoff, so a Run without any deadline still ends.
+	// defaultMaxRetryTime bounds the retries of one sandbox (or listing)
+	// in the default backoff when no deadline does, so a Run without any
+	// deadline still ends.
 	defaultMaxRetryTime = 5 * time.Minute
 )
 
@@ -37,7 +39,7 @@ const (
 // should want: a limit that adapts from 8 between 1 and 32, the order chosen
 // per pass (OrderAuto), no bound per sandbox but Run's deadlines, in-flight
 // preserves left to finish until the hard deadline, exponential backoff for
-// transient errors, the global OpenTelemetry providers, no logging and a
+// transient errors while a retry fits before the deadline, the global OpenTelemetry providers, no logging and a
 // progress line every 10 s once a logger is set.
 type Config struct {
 	// Limit is how many preserves run at once. Zero, the default, lets the
@@ -121,9 +123,16 @@ type Config struct {
 	// BackOff makes the retry policy for transient errors; it is called
 	// once for every sandbox that fails its first attempt. Nil, the
 	// default, is exponential: 200 ms initial, factor 1.5, jitter 0.5, at
-	// most 10 s between attempts and 5 min in all. Whatever the policy, no
-	// retry starts whose wait would end past the phase deadline or the
-	// sandbox's deadline: a retry is a new start of Preserve. The waits
+	// most 10 s between attempts, and no bound on their sum while a
+	// deadline bounds them (Run's, or the sandbox's own): a sandbox whose
+	// pauses fail for 12 min of a 59 min phase (a persistence volume away)
+	// is retried until they succeed, and only a wait that would end past
+	// the deadline is not made. In a Run with no deadline at all, it stops
+	// 5 min after the first failure, so that the Run ends. Whatever the
+	// policy, no retry starts whose wait would end past the phase deadline
+	// or the sandbox's deadline: a retry is a new start of Preserve; a
+	// policy of one's own stops where it says (its MaxElapsedTime, its
+	// retries), deadline or not. The waits
 	// between listings (a failed one retried, a pass that found only
 	// sandboxes listed again) use it too, and are at least 100 ms whatever
 	// it asks: a policy of no wait listed in a tight loop. New calls it
@@ -230,7 +239,7 @@ type config struct {
 	order            Order
 	timeout          time.Duration
 	cancelAtDeadline bool
-	newBackOff       func() backoff.BackOff
+	userBackOff      func() backoff.BackOff // nil: the default (untilDeadline)
 	isPermanent      func(error) bool
 	estimator        *deadline.Estimator
 	tp               trace.TracerProvider
@@ -239,12 +248,56 @@ type config struct {
 	progress         time.Duration // <= 0: off
 }
 
-func defaultBackOff() backoff.BackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(200*time.Millisecond),
-		backoff.WithMaxInterval(10*time.Second),
-		backoff.WithMaxElapsedTime(defaultMaxRetryTime),
-	)
+// untilDeadline is the default retry policy (Config.BackOff nil) of what
+// is retried on ctx: a sandbox's Preserve (its context), a listing (Run's).
+// Its waits are an ExponentialBackOff's with no bound on their sum while
+// ctx has a deadline, which bounds them already (no retry starts whose wait
+// ends past it); only with none do they stop defaultMaxRetryTime after the
+// first failure, so that a Run without a deadline ends. A fixed bound of
+// 5 min gave every sandbox up at 5 min of a 59 min preserve phase (AgentENV's
+// grace of 3600 s) whose pauses failed for longer: all lost, with most of
+// the grace unused (docs/faults.md row 1920). ctx's Deadline is read at
+// each wait: a Tighten gives a Run with none one.
+type untilDeadline struct {
+	backoff.ExponentialBackOff
+	ctx context.Context
+}
+
+// newUntilDeadline returns the default policy of the retries made on ctx,
+// Reset: one allocation, made at the first failure only.
+func newUntilDeadline(ctx context.Context) *untilDeadline {
+	b := &untilDeadline{ctx: ctx}
+	b.InitialInterval = 200 * time.Millisecond
+	b.RandomizationFactor = backoff.DefaultRandomizationFactor
+	b.Multiplier = backoff.DefaultMultiplier
+	b.MaxInterval = 10 * time.Second
+	b.Stop = backoff.Stop
+	b.Clock = backoff.SystemClock
+	b.Reset()
+	return b
+}
+
+// NextBackOff returns the next wait, or backoff.Stop when ctx has no
+// deadline and the wait would end past defaultMaxRetryTime after the
+// first failure.
+func (b *untilDeadline) NextBackOff() time.Duration {
+	elapsed := b.GetElapsedTime()
+	next := b.ExponentialBackOff.NextBackOff()
+	if _, bounded := b.ctx.Deadline(); !bounded && elapsed+next > defaultMaxRetryTime {
+		return backoff.Stop
+	}
+	return next
+}
+
+// newBackOff returns the retry policy, Reset, of what is retried on ctx:
+// the user's (Config.BackOff), or the default (untilDeadline).
+func (c *config) newBackOff(ctx context.Context) backoff.BackOff {
+	if c.userBackOff == nil {
+		return newUntilDeadline(ctx)
+	}
+	b := c.userBackOff()
+	b.Reset()
+	return b
 }
 
 // resolve checks c, naming the offending field, and fills in the defaults.
@@ -284,7 +337,7 @@ func (c Config) resolve() (config, error) {
 		order:            c.Order,
 		timeout:          c.SandboxTimeout,
 		cancelAtDeadline: c.CancelAtDeadline,
-		newBackOff:       c.BackOff,
+		userBackOff:      c.BackOff,
 		isPermanent:      c.Permanent,
 		estimator:        c.Estimator,
 		tp:               c.TracerProvider,
@@ -304,9 +357,6 @@ func (c Config) resolve() (config, error) {
 	// default start, and so does a Limit with a MaxLimit, equal to it
 	// included; only a Limit set alone, or a ceiling of 1, fixes it.
 	r.adaptive = r.maxLimit > 1 && (c.Limit == 0 || c.MaxLimit > 0)
-	if r.newBackOff == nil {
-		r.newBackOff = defaultBackOff
-	}
 	if r.isPermanent == nil {
 		r.isPermanent = func(error) bool { return false }
 	}

@@ -40,7 +40,8 @@
 // on the throughput two levels delivered, not on latency as Vegas,
 // Gradient2 (Netflix concurrency-limits) and AIMD do: a preserve's latency
 // grows with its size, so no no-load latency exists to compare with. Transient errors are retried
-// with backoff inside the time left; a listing's or a Preserve's error may
+// with backoff inside the time left, by default for as long as a retry fits
+// before the deadline (5 minutes only in a Run with none); a listing's or a Preserve's error may
 // name the time to try again (a Retry-After), and an error may end the
 // wait early when its cause went away (see Lister and Sandbox). After a pass it lists again, to catch a
 // sandbox that turned running meanwhile (also one it preserved and a user

@@ -63,8 +63,7 @@ func (r *run) list() ([]Sandbox, error) {
 		prev = err
 		r.listingFailed()
 		if bo == nil {
-			bo = r.cfg.newBackOff()
-			bo.Reset()
+			bo = r.cfg.newBackOff(r.ctx)
 		}
 		// A wait that ended with the phase leaves no time to list in.
 		if again, late := r.listWait(err, bo.NextBackOff()); !again || r.phaseOver() {

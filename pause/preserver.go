@@ -194,8 +194,8 @@ func (p *Preserver) SizeEstimate(size int64) (time.Duration, bool) {
 // followed by a wait of Config.BackOff before the next listing (the waits
 // grow while passes find nothing new), so that a lagging listing costs one
 // preserve again per sandbox, not a tight loop; Run stops when the policy
-// stops (the default's 5 minutes) or its wait would end past the phase
-// deadline. So a user resuming a sandbox in a loop cannot keep Run past
+// stops (the default's only in a Run with no deadline, 5 minutes after
+// the first such pass) or its wait would end past the phase deadline. So a user resuming a sandbox in a loop cannot keep Run past
 // the phase deadline, and a Run with no deadline over a Lister that lists
 // preserved sandboxes still ends. The preserves again feed neither the
 // Estimator, the rate of Sized sandboxes nor the adaptive limit: an
@@ -235,8 +235,7 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 		// Their preserves may have been instant (the server had them
 		// paused), and listing again at once would make a tight loop.
 		if bo == nil {
-			bo = r.cfg.newBackOff()
-			bo.Reset()
+			bo = r.cfg.newBackOff(r.ctx)
 		}
 		if !r.relist(retry, bo.NextBackOff()) {
 			break

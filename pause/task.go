@@ -350,8 +350,7 @@ func (t *task) try(ps *pass, sb Sandbox) result {
 			return result{outcome: Failed, end: time.Now(), err: err}
 		}
 		if bo == nil {
-			bo = r.cfg.newBackOff()
-			bo.Reset()
+			bo = r.cfg.newBackOff(ctx)
 		}
 		if again, late := t.retryWait(r, ctx, bo.NextBackOff(), err); !again {
 			if late != nil {

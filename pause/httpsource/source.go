@@ -127,7 +127,8 @@ type Config struct {
 	// refusals wait: the error's WaitRetry, see pause.Sandbox), so the
 	// pauses of a 70 s window go out within 100 ms of the key, where the
 	// backoff's wait in progress (up to 10 s, jitter 0.5: 15 s) was
-	// waited out; it gives up after 5 min in all (pause.Config.BackOff).
+	// waited out; it gives up when no retry fits before the phase deadline
+	// (or when a policy of one's own stops: pause.Config.BackOff).
 	// The error says which key file was refused and for how long its key
 	// had not changed; the first refusal of each key is logged at Info,
 	// and so is the first acceptance of a later one. A sandbox whose time
