@@ -39,7 +39,7 @@ type Entry struct {
 	Start    time.Time     `json:"start,omitzero"`        // first attempt (of its last preserve)
 	End      time.Time     `json:"end,omitzero"`          // when the outcome was decided
 	Duration time.Duration `json:"duration_ns"`           // End - Start, zero if never started
-	Error    string        `json:"error,omitempty"`       // last error
+	Error    string        `json:"error,omitempty"`       // last error; of an attempt cut by its deadline after failed ones, with the failure before it
 	Stack    string        `json:"stack,omitempty"`       // set when Preserve panicked
 	Priority int           `json:"priority,omitempty"`    // from Prioritized
 	Estimate time.Duration `json:"estimate_ns,omitempty"` // its own (Estimated), or its size at the rate known when its pass was ordered

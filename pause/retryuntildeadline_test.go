@@ -125,3 +125,46 @@ func TestDefaultPolicyWithoutADeadlineGivesUpAfterFiveMinutes(t *testing.T) {
 		assert.Less(t, took, 6*time.Minute)
 	})
 }
+
+// volumeHanging is a sandbox whose pauses fail, transiently, while its
+// persistence volume is away, and then hang on it: the attempt made after
+// failures returns only when its context ends.
+type volumeHanging struct{ failures, attempts int }
+
+func (s *volumeHanging) ID() string { return "hung" }
+
+func (s *volumeHanging) Preserve(ctx context.Context) error {
+	if s.attempts++; s.attempts <= s.failures {
+		time.Sleep(time.Second)
+		return fakesandbox.ErrTransient
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A sandbox retried after its pauses failed, whose last attempt is cut by
+// the hard deadline, is TimedOut with the failure that made it retried,
+// not the cut alone: the Report read "context deadline exceeded", as for a
+// slow pause, where the server had failed three (row 1760's rule in
+// httpsource, kept by pause for every Sandbox):
+//
+//	0 s     attempts fail (1 s each), retried after 200 ms, 300 ms, 450 ms
+//	≈4 s    the fourth attempt hangs
+//	1 min   the phase deadline; 2 min the hard deadline cuts it: TimedOut
+func TestAttemptCutAfterFailedOnesNamesTheFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sb := &volumeHanging{failures: 3}
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			return []pause.Sandbox{sb}, nil
+		}), pause.Config{})
+		require.NoError(t, err)
+		rep, took := runFor(t, p, time.Minute, 2*time.Minute)
+
+		e := entry(t, rep, "hung")
+		assert.Equal(t, pause.TimedOut, e.Outcome)
+		assert.Equal(t, 4, e.Attempts)
+		assert.Contains(t, e.Error, context.DeadlineExceeded.Error(), "the cut")
+		assert.Contains(t, e.Error, "the attempt before failed: "+fakesandbox.ErrTransient.Error(), "why it was retried")
+		assert.Equal(t, 2*time.Minute, took)
+	})
+}

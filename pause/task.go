@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -331,6 +332,7 @@ func (t *task) preserve(ps *pass, sb Sandbox, res *result) {
 // deadline.
 func (t *task) try(ps *pass, sb Sandbox) result {
 	var bo backoff.BackOff
+	var before error // the failure the attempt running was made again after
 	r := ps.r
 	ctx := t.ctx(ps)
 	id := ps.tasks.entry(t).ID
@@ -345,10 +347,11 @@ func (t *task) try(ps *pass, sb Sandbox) result {
 		case errors.Is(err, ErrGone):
 			return result{outcome: Vanished, end: time.Now(), err: err}
 		case ctx.Err() != nil:
-			return result{outcome: TimedOut, end: time.Now(), err: err}
+			return result{outcome: TimedOut, end: time.Now(), err: cutAfterFailure(err, before)}
 		case r.permanent(err):
 			return result{outcome: Failed, end: time.Now(), err: err}
 		}
+		before = err
 		if bo == nil {
 			bo = r.cfg.newBackOff(ctx)
 		}
@@ -359,6 +362,20 @@ func (t *task) try(ps *pass, sb Sandbox) result {
 			return result{outcome: Failed, end: time.Now(), err: err}
 		}
 	}
+}
+
+// cutAfterFailure is the error of an attempt cut by its context, err,
+// made again after one that failed with before (nil: none did): before
+// is why it was made again, and the Report keeps it. Said as err alone, a
+// sandbox whose pauses the server failed for minutes, its last one cut by
+// the hard deadline, read "context deadline exceeded", a slow pause
+// (docs/faults.md row 1921; row 1760 in httpsource, whose errors name the
+// failure before them already, and are kept as they are).
+func cutAfterFailure(err, before error) error {
+	if before == nil || strings.Contains(err.Error(), before.Error()) {
+		return err
+	}
+	return fmt.Errorf("%w; the attempt before failed: %w", err, before)
 }
 
 // retryWait waits d before the next attempt on ctx, the task's context, and

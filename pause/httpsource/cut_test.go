@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -154,6 +155,7 @@ func TestPauseCutAfterAFailedOneNamesThatFailure(t *testing.T) {
 		assert.Contains(t, e.Error, "no answer before its context ended", "the attempt the deadline cut")
 		assert.Contains(t, e.Error, "500 Internal Server Error", "the answer that made the Preserver send it again")
 		assert.Contains(t, e.Error, "snapshot failed (injected)")
+		assert.Equal(t, 1, strings.Count(e.Error, "500 Internal Server Error"), "named once: pause adds no failure the error names already (row 1921)")
 		time.Sleep(10 * time.Second) // the server's pause ends
 	})
 }
