@@ -24,7 +24,8 @@ import (
 // unavailable for minutes) had every sandbox Failed at 5 min of a
 // preserve phase of 59, and again by the final sweep at 10 min of its
 // half hour: all lost, with most of the grace unused. The retries now end
-// with the phase alone. In virtual time:
+// with the phase alone: pause's default retries so (docs/faults.md row
+// 1920), and the supervisor's policy of its own is gone. In virtual time:
 //
 //	0 s      SIGTERM, grace 3600 s: 2 running sandboxes; every pause
 //	         answered 500 until 12 min

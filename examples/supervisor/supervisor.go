@@ -24,7 +24,6 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/daemonhold"
@@ -288,7 +287,10 @@ const defaultEstimate = time.Second
 // build makes the Preserver from pc (its limit and Estimator, from what was
 // learned) and the Drainer.
 func (s *supervisor) build(pc pause.Config) error {
-	pc.Logger, pc.MeterProvider, pc.BackOff = s.log, s.meters, retryToDeadline
+	// pc.BackOff is left to pause: its default retries a failing pause
+	// until no retry fits before the phase deadline (docs/faults.md rows
+	// 1762, 1920).
+	pc.Logger, pc.MeterProvider = s.log, s.meters
 	p, err := pause.New(s.listed, pc)
 	if err != nil {
 		return fmt.Errorf("-concurrency: %w", err)
@@ -317,23 +319,6 @@ func (s *supervisor) build(pc pause.Config) error {
 		return fmt.Errorf("-grace %v too short: %w", s.cfg.grace, err)
 	}
 	return nil
-}
-
-// retryToDeadline is the retry policy of the supervisor's Preservers (the
-// preserve phase's, the final sweep's): pause's default waits (200 ms at
-// first, 1.5 times longer each, at most 10 s apart, jittered), with no
-// bound on their sum: a drain's phases always end, and pause starts no
-// retry past the phase deadline. Pause's default gives a sandbox up after
-// 5 min of retries: behind AgentENV's grace of 3600 s, a server whose
-// pauses failed for longer (its recoverable 500, a persistence volume
-// away for minutes) had every sandbox lost at 5 min of a preserve phase
-// of 59, and again by the final sweep at 10 (docs/faults.md row 1762).
-func retryToDeadline() backoff.BackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(200*time.Millisecond),
-		backoff.WithMaxInterval(10*time.Second),
-		backoff.WithMaxElapsedTime(0),
-	)
 }
 
 // EnvServiceAccountDir, when set, is where the supervisor reads its service

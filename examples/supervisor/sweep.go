@@ -95,7 +95,7 @@ func (s *supervisor) sweepRun(ctx context.Context) (*pause.Report, error) {
 	// adaptive limit while the drain measured none (sweepConfig).
 	pc := s.preserver.sweepConfig()
 	pc.Estimator = deadline.NewEstimator(max(s.preserver.Estimator().Estimate(), time.Millisecond))
-	pc.Logger, pc.MeterProvider, pc.BackOff = s.log.With("run", "final sweep"), s.meters, retryToDeadline
+	pc.Logger, pc.MeterProvider = s.log.With("run", "final sweep"), s.meters // pause's retries: until the step's deadline
 	p, err := pause.New(named(s.sweepList), pc)
 	if err != nil {
 		return nil, fmt.Errorf("final sweep: %w", err)
