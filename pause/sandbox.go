@@ -9,6 +9,16 @@ import (
 // A Sandbox is one unit of user work on the node that must be preserved
 // (paused and persisted, or checkpointed) before the node goes away. A server
 // implements it over its own runtime.
+//
+// ID, and EstimatedPreserve, Size and Priority where it has them, take no
+// context: they are called on Run's goroutine as each listing is taken in
+// (and by drain as it counts the work left), and must return at once,
+// from what the sandbox holds, never asking its runtime. Nothing bounds
+// them: one that blocks holds Run, and the phases after it, past every
+// deadline (an hour's block in a 10 s phase returns Run after the hour).
+// Fetch what they report in the Lister, whose call has a context, or do
+// the slow work in Preserve. One that panics is recovered: the sandbox is
+// Failed, with the stack.
 type Sandbox interface {
 	// ID names the sandbox uniquely on the node; the Report is keyed by it.
 	ID() string
