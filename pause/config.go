@@ -177,8 +177,9 @@ type Config struct {
 	Logger *slog.Logger
 
 	// ProgressInterval is how often a Run logs a progress line (preserved
-	// so far, left, time left; while a listing has not answered, how long
-	// it has been waited for) at Info level. Zero means every 10 s; a
+	// so far, left, time left; the sandboxes retrying after a failure;
+	// while a listing has not answered, how long it has been waited for)
+	// at Info level. Zero means every 10 s; a
 	// negative interval turns the line off.
 	ProgressInterval time.Duration
 }

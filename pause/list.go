@@ -245,7 +245,7 @@ func (r *run) permanent(err error) (perm bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			perm = false
-			if r.classifierPanicked.CompareAndSwap(false, true) {
+			if r.firstLog(loggedClassifier) {
 				r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: Config.Permanent panicked: the errors it panics on are retried as transient ones (logged once per Run)",
 					slog.String("error", err.Error()), slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))
 			}
@@ -408,7 +408,7 @@ func (r *run) sleepOrWake(ctx context.Context, d time.Duration, err error, w ret
 // hintPanicked logs, once per Run, that the method of an error that says
 // when to retry panicked: the retry keeps to the backoff.
 func (r *run) hintPanicked(method string, err error, v any) {
-	if r.hintPanic.CompareAndSwap(false, true) {
+	if r.firstLog(loggedHint) {
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: the "+method+" of an error panicked: its retry keeps to Config.BackOff (logged once per Run)",
 			slog.String("error", err.Error()), slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))
 	}

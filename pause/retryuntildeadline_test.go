@@ -1,7 +1,10 @@
 package pause_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -166,5 +169,51 @@ func TestAttemptCutAfterFailedOnesNamesTheFailure(t *testing.T) {
 		assert.Contains(t, e.Error, context.DeadlineExceeded.Error(), "the cut")
 		assert.Contains(t, e.Error, "the attempt before failed: "+fakesandbox.ErrTransient.Error(), "why it was retried")
 		assert.Equal(t, 2*time.Minute, took)
+	})
+}
+
+// While a sandbox's pauses fail and it waits to be retried, the progress
+// line counts it: retried to the phase deadline, up to 59 min of lines
+// read "preserved 0/2, 0 failed" and nothing said why nothing moved.
+//
+//	0 s     both pauses fail (1 s), retried
+//	1 min   "preserved 0/2, 0 failed, 2 retrying after a failure, 58m ..."
+//	12 min  the volume is back: both preserved; the next line has no retrying
+func TestProgressCountsSandboxesRetryingAfterAFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		back := time.Now().Add(12 * time.Minute)
+		a, b := &volumeAway{id: "a", back: back}, &volumeAway{id: "b", back: back}
+		long := &fakesandbox.Sandbox{Name: "long", Latency: 15 * time.Minute} // keeps the Run, and its lines, past 12 min
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			var left []pause.Sandbox
+			for _, sb := range []*volumeAway{a, b} {
+				if sb.done.IsZero() {
+					left = append(left, sb)
+				}
+			}
+			if !long.Preserved() {
+				left = append(left, long)
+			}
+			return left, nil
+		}), pause.Config{Logger: slog.New(slog.NewTextHandler(&buf, nil)), ProgressInterval: time.Minute})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, 59*time.Minute, 60*time.Minute)
+
+		assert.Equal(t, 3, rep.Counts[pause.Preserved])
+		var progress []string
+		for line := range strings.Lines(buf.String()) {
+			if strings.Contains(line, "pause: progress") {
+				progress = append(progress, line)
+			}
+		}
+		require.GreaterOrEqual(t, len(progress), 14, "every minute to 14 min")
+		assert.Contains(t, progress[0], `msg="pause: progress: preserved 0/3, 0 failed, 2 retrying after a failure, 58m0s to the preserve deadline"`)
+		assert.Contains(t, progress[0], "retrying=2")
+		assert.Contains(t, progress[10], "2 retrying after a failure", "at 11 min")
+		for _, line := range progress[12:14] { // 13 and 14 min
+			assert.Contains(t, line, "preserved 2/3, 0 failed, 4")
+			assert.NotContains(t, line, "retrying", "once both are preserved")
+		}
 	})
 }

@@ -114,8 +114,26 @@ type run struct {
 	progress   *time.Timer // logs progress; nil when off
 	progressMu sync.Mutex  // held while a progress line is logged
 
-	classifierPanicked atomic.Bool // Config.Permanent panicked, and that was logged
-	hintPanic          atomic.Bool // an error's RetryAt or WaitRetry panicked, and that was logged
+	// logged holds the panics logged once per Run (loggedClassifier,
+	// loggedHint): one word, not an atomic.Bool (four bytes) each, leaves
+	// retrying its room in the run's size class.
+	logged atomic.Uint32
+	// retrying counts, for the progress line, the sandboxes that failed an
+	// attempt and are waiting for, or making, a retry; kept only when a
+	// line can be logged, as the counts above.
+	retrying atomic.Int32
+}
+
+// The panics a Run logs once (run.logged).
+const (
+	loggedClassifier uint32 = 1 << iota // Config.Permanent panicked
+	loggedHint                          // an error's RetryAt or WaitRetry panicked
+)
+
+// firstLog reports whether the panic of kind was not logged yet in this
+// Run, and marks it logged.
+func (r *run) firstLog(kind uint32) bool {
+	return r.logged.Or(kind)&kind == 0
 }
 
 // newRun makes the state of a Run called with ctx and hard and registers
@@ -960,6 +978,12 @@ func (r *run) logProgress(now time.Time) {
 	attrs := []slog.Attr{slog.Int64("preserved", preserved), slog.Int64("failed", failed),
 		slog.Int64("done", done), slog.Int64("left", left),
 		slog.String("time_left", fmtLeft(r.phaseEnd())), slog.Int64("limit", r.p.limit.Load())}
+	if retrying := r.retrying.Load(); retrying > 0 {
+		// Retried while a retry fits before the deadline, they are neither
+		// preserved nor failed for as long: the line says why nothing moves.
+		counts += fmt.Sprintf("%d retrying after a failure, ", retrying)
+		attrs = append(attrs, slog.Int("retrying", int(retrying)))
+	}
 	if at, fails, ok := r.listingState(); ok {
 		waited := now.Sub(at)
 		if done+left == 0 {

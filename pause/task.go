@@ -339,28 +339,60 @@ func (t *task) try(ps *pass, sb Sandbox) result {
 	for {
 		t.attempts.Add(1)
 		stack, err := call(ctx, sb, id)
-		switch {
-		case err == nil:
-			return result{outcome: Preserved, end: time.Now()}
-		case stack != "":
-			return result{outcome: Failed, end: time.Now(), err: err, stack: stack}
-		case errors.Is(err, ErrGone):
-			return result{outcome: Vanished, end: time.Now(), err: err}
-		case ctx.Err() != nil:
-			return result{outcome: TimedOut, end: time.Now(), err: cutAfterFailure(err, before)}
-		case r.permanent(err):
-			return result{outcome: Failed, end: time.Now(), err: err}
+		var res result
+		if r.ended(&res, ctx, stack, err, before) {
+			r.retryEnded(bo != nil)
+			return res
 		}
 		before = err
 		if bo == nil {
 			bo = r.cfg.newBackOff(ctx)
+			r.retryBegan()
 		}
 		if again, late := t.retryWait(r, ctx, bo.NextBackOff(), err); !again {
 			if late != nil {
 				err = late
 			}
+			r.retryEnded(true)
 			return result{outcome: Failed, end: time.Now(), err: err}
 		}
+	}
+}
+
+// ended writes to res how an attempt that returned err (with stack, if it
+// panicked) on ctx ends its sandbox, before the failure it was made again
+// after, and reports whether it does: not when it failed transiently, and
+// a retry may follow.
+func (r *run) ended(res *result, ctx context.Context, stack string, err, before error) bool {
+	switch {
+	case err == nil:
+		*res = result{outcome: Preserved, end: time.Now()}
+	case stack != "":
+		*res = result{outcome: Failed, end: time.Now(), err: err, stack: stack}
+	case errors.Is(err, ErrGone):
+		*res = result{outcome: Vanished, end: time.Now(), err: err}
+	case ctx.Err() != nil:
+		*res = result{outcome: TimedOut, end: time.Now(), err: cutAfterFailure(err, before)}
+	case r.permanent(err):
+		*res = result{outcome: Failed, end: time.Now(), err: err}
+	default:
+		return false
+	}
+	return true
+}
+
+// retryBegan counts a sandbox that failed its first attempt as retrying,
+// for the progress line (logProgress); retryEnded, called as its preserve
+// ends, uncounts it if it was (retried).
+func (r *run) retryBegan() {
+	if r.cfg.progress > 0 {
+		r.retrying.Add(1)
+	}
+}
+
+func (r *run) retryEnded(retried bool) {
+	if retried && r.cfg.progress > 0 {
+		r.retrying.Add(-1)
 	}
 }
 
