@@ -415,8 +415,8 @@ func mergeSweep(into, sweep *pause.Report) {
 // Error), and why it still ran. Replaced by the sweep's, the Report said
 // "force mode: no new pause is sent", or nothing, where a server's answer
 // to every pause had kept it running (docs/faults.md row 1941). An error
-// of the sweep's that already says prior's (the supervisor's sweep adds
-// it, row 1764) is kept as it is.
+// of the sweep's that already says prior's (a step whose sweep adds it
+// itself) is kept as it is.
 func keepWhyNotPreserved(e *pause.Entry, prior *pause.Entry) {
 	if prior.Error != "" && !strings.Contains(e.Error, prior.Error) {
 		if e.Error == "" {

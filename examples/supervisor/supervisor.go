@@ -383,7 +383,6 @@ type limited struct {
 
 	mu        sync.Mutex
 	accounted map[string]pause.Outcome // the sandboxes its Runs have an entry for (exited.go), with the last one's outcome (sweepAccount)
-	lostWhy   map[string]string        // the errors of the last Run's entries it counts lost (notPausedWhy)
 }
 
 // Run runs the Preserver and notes whether its listing succeeded, and the
@@ -397,14 +396,9 @@ func (l *limited) Run(ctx context.Context, hard time.Time) *pause.Report {
 	defer l.mu.Unlock()
 	if l.accounted == nil {
 		l.accounted = make(map[string]pause.Outcome, len(rep.Entries))
-		l.lostWhy = map[string]string{}
 	}
 	for _, e := range rep.Entries {
 		l.accounted[e.ID] = e.Outcome
-		delete(l.lostWhy, e.ID) // an earlier Run's
-		if e.Outcome.Lost() && e.Error != "" {
-			l.lostWhy[e.ID] = e.Error
-		}
 		if measured.Sample(measured.Preserve{Preserved: e.Outcome == pause.Preserved, Attempts: e.Attempts, Relisted: e.Relisted, Took: e.Duration}) {
 			l.cold.Store(false) // the Preserver measured a preserve at its limit: Limit reports it
 		}
@@ -445,14 +439,6 @@ func (l *limited) couldNotPause(id string) bool {
 	defer l.mu.Unlock()
 	o, ok := l.accounted[id]
 	return ok && o.Lost()
-}
-
-// notPausedWhy returns the error of the last Run's entry for the sandbox
-// id when it counts it lost (couldNotPause), "" otherwise.
-func (l *limited) notPausedWhy(id string) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lostWhy[id]
 }
 
 // Limit is the concurrency the plan counts on.

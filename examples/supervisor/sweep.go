@@ -362,7 +362,6 @@ func (s *supervisor) sweepAccount(ctx context.Context, rep *pause.Report) (*paus
 	// send the operator looking for users' resumes where the cause is the
 	// server's answer to the preserve phase (docs/faults.md row 1182). Each
 	// kind has its line and its part of the error.
-	s.keepWhyNotPaused(rep)
 	var again, failed []pause.Entry
 	for _, e := range rep.Entries {
 		if s.preserver.couldNotPause(e.ID) {
@@ -381,23 +380,6 @@ func (s *supervisor) sweepAccount(ctx context.Context, rep *pause.Report) (*paus
 		return rep, errors.New("final sweep: " + strings.Join(lost, "; "))
 	}
 	return rep, nil
-}
-
-// keepWhyNotPaused adds to each not_started entry of rep, the final
-// sweep's account, of a sandbox the preserve phase could not pause the
-// error of the preserve phase's entry: drain's merge replaces that entry
-// with the sweep's, and a sweep that sent no pause (force mode; its time
-// up first) said only "force mode: no new pause is sent", or nothing,
-// where the preserve phase's said why the sandbox still ran (AgentENV's
-// 500 to every pause): the Report blamed the second SIGTERM alone
-// (docs/faults.md row 1764).
-func (s *supervisor) keepWhyNotPaused(rep *pause.Report) {
-	for i := range rep.Entries {
-		e := &rep.Entries[i]
-		if why := s.preserver.notPausedWhy(e.ID); why != "" && e.Outcome == pause.NotStarted {
-			e.Error = strings.TrimPrefix(e.Error+"; ", "; ") + "the preserve phase could not pause it: " + why
-		}
-	}
 }
 
 // sweptKind logs what the final sweep made of entries, the sandboxes of one
