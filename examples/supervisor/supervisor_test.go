@@ -306,7 +306,9 @@ func TestTeardownReservesFollowTheGraceADeletionGave(t *testing.T) {
 }
 
 // handlerTransport serves requests with a handler in-process, for code
-// under testing/synctest.
+// under testing/synctest. A request whose context ends first fails with
+// the context's cause (context.Cause), as net/http's Transport returns it,
+// so that code under test sees why its request was cut.
 type handlerTransport struct{ h http.Handler }
 
 func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -322,7 +324,7 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return rec.Result(), nil
 	case <-r.Context().Done():
 		<-done
-		return nil, r.Context().Err()
+		return nil, context.Cause(r.Context())
 	}
 }
 
