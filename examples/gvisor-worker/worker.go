@@ -941,7 +941,7 @@ func (w *Worker) escalate(ctx context.Context) error {
 	// drain abandoned it, its error naming no sandbox (row 783). They end with the step's
 	// context.
 	defer context.AfterFunc(ctx, w.stops.cutEarly)()
-	w.escalateListed(escalation{ctx: ctx, step: true}, new(sync.WaitGroup))
+	w.escalateListed(escalation{ctx: ctx, step: true, late: pastDeadline(ctx)}, new(sync.WaitGroup))
 	w.stops.wg.Wait() // each returns by its context's deadline, the step's
 	return w.stops.err()
 }
@@ -1031,10 +1031,20 @@ func (w *Worker) afterTransition(e escalation, id string, done ...func()) {
 // hard deadline, to which a checkpoint may run and end preserved, and before the step's
 // own; the step, which begins once the Preserver has returned, waits for what is still in
 // flight then and names what outlives it (row 800).
+//
+// late is whether the step began with no time left: the preserve phase, which waits for
+// a checkpoint until the Preserver's hard deadline, after the step's own, ran past it.
 type escalation struct {
 	ctx    context.Context
 	stands func() bool
 	step   bool
+	late   bool
+}
+
+// pastDeadline reports whether ctx's deadline has passed already.
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // holds reports whether e's decision to escalate still holds.
@@ -1061,6 +1071,14 @@ func (w *Worker) stop(e escalation, id string, done ...func()) {
 // still in flight at the step's deadline: it was not signalled.
 var errCheckpointOutlived = errors.New("its checkpoint was still in flight at the escalate step's deadline: not signalled")
 
+// errCheckpointHeldPastStep is errCheckpointOutlived at a step that began with no time
+// left (escalation.late): it says why, and that nothing is left to signal the sandbox if
+// its checkpoint fails. It read as if the step had waited through its window, and said
+// nothing of the sandbox's fate after the Report.
+var errCheckpointHeldPastStep = fmt.Errorf("%w: the preserve phase held it past that deadline "+
+	"(the Preserver waits for a checkpoint until its hard deadline, which comes after the step's), so the step began with no time left; "+
+	"a sandbox is never signalled mid-checkpoint, and if this one fails, nothing signals the sandbox before SIGKILL", errCheckpointOutlived)
+
 // afterCheckpoint is what an escalation of sandbox id under e does at the end of a
 // checkpoint of it that it found in flight: escalate the sandbox if the checkpoint failed,
 // else call each of done. If e.ctx ends first, it gives up, with errCheckpointOutlived
@@ -1079,7 +1097,10 @@ func (w *Worker) afterCheckpoint(e escalation, id string, done ...func()) func(f
 	}
 	disarm := context.AfterFunc(e.ctx, func() {
 		settle(func() {
-			if e.step && e.holds() {
+			switch {
+			case e.step && e.holds() && e.late:
+				w.stops.fail(id, errCheckpointHeldPastStep)
+			case e.step && e.holds():
 				w.stops.fail(id, errCheckpointOutlived)
 			}
 			finish(done)
