@@ -3,7 +3,6 @@ package drain
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -447,26 +446,7 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 // rows 1881, 1882).
 func (d *Drainer) list(ctx context.Context) ([]pause.Sandbox, error) {
 	sbs, err := d.lister.List(ctx)
-	return sbs, readableListErr(err)
-}
-
-// readableListErr is err, a Lister's, or an error naming its type when
-// its Error or Unwrap would panic.
-func readableListErr(err error) (readable error) {
-	if err == nil {
-		return nil
-	}
-	if isNilValue(err) { // its methods dereference the nil: not called
-		return fmt.Errorf("drain: the Lister returned a nil %T as its error, which is not a nil error: the count failed after the sandboxes it gave", err)
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			readable = fmt.Errorf("drain: the Lister returned an error (%T) whose Error or Unwrap panicked: %v", err, v)
-		}
-	}()
-	_ = err.Error()
-	_ = errors.Is(err, context.Canceled) // its Unwrap chain
-	return err
+	return sbs, readableErr(err, "the Lister", "the count failed after the sandboxes it gave")
 }
 
 // record records a count of the running sandboxes sbs; with last, the

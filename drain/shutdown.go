@@ -841,6 +841,7 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 	defer unforce()
 	detail, err := bounded.Call(sd.context(withGate(ctx, d.gate)), returnSlack, s.Run)
 	p.Detail = detail
+	err = readableErr(err, "step "+p.Name, "the step failed") // read below outside any recover
 	switch {
 	case err == nil:
 		p.Result = OK
