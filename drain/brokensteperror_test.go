@@ -2,6 +2,8 @@ package drain
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -43,6 +46,63 @@ func TestAStepErrorWhoseMethodsPanicFailsTheStepNotTheProcess(t *testing.T) {
 				assert.Equal(t, OK, rep.Phase("teardown").Result)
 				assert.ErrorContains(t, rep.Err(), "release: failed: drain: step release "+tc.says)
 			})
+		})
+	}
+}
+
+// deviceReport is a step's Detail that summarises itself, as ublk's Report
+// does, from what its step found: a nil *deviceReport (the step's result
+// returned as is beside its error), or one the step never filled, panics
+// in String.
+type deviceReport struct{ devices *[]string }
+
+func (r *deviceReport) String() string { return fmt.Sprintf("%d devices stopped", len(*r.devices)) }
+
+// A Step whose Detail's String panics (a nil *T returned beside the step's
+// error, a report never filled) is posted in its StepFailed event with
+// that said, and the steps after it run. The event's note read the
+// Detail's String on the drain's goroutine, outside any recover, and the
+// panic ended the process after the preserve phase: the later steps (a
+// ublk teardown) never ran, no Report.
+//
+//	SIGTERM  2 sandboxes preserved
+//	         step "ublk" returns its broken Detail and "devices busy": StepFailed, naming the Detail's type
+//	         step "http" runs: StepFinished
+func TestAStepDetailWhoseStringPanicsIsPostedNotACrash(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		detail *deviceReport
+	}{
+		{"typed nil", nil},
+		{"never filled", &deviceReport{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := newPodAPI(t)
+			pod, err := kube.New("sandboxd-0", api.cfg)
+			require.NoError(t, err)
+			var ran []string
+			ublk := NewStep(stepPhase("ublk", time.Second), func(context.Context) (any, error) {
+				return tc.detail, errors.New("devices busy")
+			})
+			f := newFixture(t, fixtureOpts{grace: time.Hour, sandboxes: 2, latency: time.Millisecond,
+				steps: []Step{ublk, recordStep("http", time.Second, &ran)},
+				edit:  func(c *Config) { c.Pod = pod }})
+
+			rep := f.d.Shutdown(t.Context())
+
+			require.NotNil(t, rep.Preserve)
+			assert.Equal(t, 2, rep.Preserve.Counts[pause.Preserved])
+			assert.Equal(t, Failed, rep.Phase("ublk").Result)
+			assert.Equal(t, []string{"http"}, ran, "the step after it ran")
+			notes := map[string]string{}
+			for _, ev := range api.Events() {
+				notes[ev.Reason] += ev.Note
+			}
+			assert.Contains(t, notes["StepFailed"], "step ublk: failed")
+			assert.Contains(t, notes["StepFailed"], "devices busy")
+			assert.Contains(t, notes["StepFailed"], "its Detail (*drain.deviceReport) panicked in String")
+			assert.Contains(t, notes["StepFinished"], "step http: ok")
+			assert.Contains(t, notes, "DrainFinished")
 		})
 	}
 }

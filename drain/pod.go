@@ -766,8 +766,8 @@ func (d *Drainer) eventStep(p PhaseReport) {
 	if p.Error != "" {
 		note += ": " + p.Error
 	}
-	if s, ok := p.Detail.(fmt.Stringer); ok {
-		note += "\n" + strings.TrimSpace(s.String())
+	if text := detailText(p.Detail); text != "" {
+		note += "\n" + text
 	}
 	d.event(typ, reason, p.Name, note)
 }

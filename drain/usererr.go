@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // readableErr is err, which who (a user's code: the Lister, a step)
@@ -30,4 +31,23 @@ func readableErr(err error, who, then string) (readable error) {
 	_ = err.Error()
 	_ = errors.Is(err, context.Canceled) // its Unwrap chain
 	return err
+}
+
+// detailText is what detail, a step's Detail, says of itself when it is a
+// fmt.Stringer (the ublk step's verdict per device), trimmed; "" when it
+// says nothing. A String that panics (a nil *T returned beside the step's
+// error, a report its step never filled) is met here, in a recover, and
+// said instead: read by the step's event on the drain's goroutine, it
+// ended the process after the preserve phase, the later steps not run.
+func detailText(detail any) (text string) {
+	s, ok := detail.(fmt.Stringer)
+	if !ok {
+		return ""
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			text = fmt.Sprintf("its Detail (%T) panicked in String: %v", detail, v)
+		}
+	}()
+	return strings.TrimSpace(s.String())
 }
