@@ -158,8 +158,8 @@ func (g *HookGuard) allow(r *http.Request, header string) error {
 			return fmt.Errorf("wrong %s", header)
 		}
 	}
-	if g.Check != nil {
-		return g.Check(r)
+	if g.Check != nil { // its error is read below, outside any recover but net/http's
+		return readableErr(g.Check(r), "HookGuard.Check", "the call is refused")
 	}
 	return nil
 }
@@ -201,6 +201,7 @@ func RequireTerminating(pod kube.DeletionReader, timeout time.Duration) func(*ht
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
 		_, err := pod.DeletionTimestamp(ctx)
+		err = readableErr(err, "the DeletionReader", "a failed read") // errors.Is walks its Unwrap
 		if errors.Is(err, kube.ErrNotTerminating) {
 			return errors.New("the pod is not terminating (no deletionTimestamp)")
 		}
