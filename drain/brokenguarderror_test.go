@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -64,4 +65,36 @@ func callGuarded(t *testing.T, guard *HookGuard) (int, string) {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return resp.StatusCode, string(b)
+}
+
+// transportFunc is an http.RoundTripper of a user's: a proxy-less dialer,
+// an auth wrapper.
+type transportFunc func(*http.Request) (*http.Response, error)
+
+func (f transportFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// An ExecHook whose Client's Transport returns an error whose Unwrap
+// panics (a nil *T returned as an error) counts a failed request, and
+// gives up after MaxFailures, 1 s apart, with that error named. Its Run
+// met the error outside any recover (errors.As's Unwrap, through the
+// *url.Error http.Client wraps it in), and the panic ended drainhook at
+// its first request: the kubelet's hook failed and SIGTERM came at once,
+// the preStop wait lost.
+//
+//	0 s  request 1 fails   1 s  request 2 fails   2 s  request 3 fails: Run returns
+func TestAnExecHookTransportErrorWhoseMethodsPanicIsAFailedRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		requests := 0
+		broken := transportFunc(func(*http.Request) (*http.Response, error) {
+			requests++
+			return nil, (*apiError)(nil)
+		})
+		start := time.Now()
+		sum, err := ExecHook{URL: "http://127.0.0.1:8082/drain", MaxFailures: 3, Client: &http.Client{Transport: broken}}.Run(t.Context())
+		assert.Nil(t, sum)
+		assert.ErrorContains(t, err, "drainhook: 3 consecutive failures, last: ")
+		assert.ErrorContains(t, err, "drain: ExecHook.Client's Transport returned a nil *drain.apiError as its error")
+		assert.Equal(t, 3, requests)
+		assert.Equal(t, 2*time.Second, time.Since(start))
+	})
 }

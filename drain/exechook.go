@@ -210,6 +210,9 @@ func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary
 		req.Header.Set(defaultHookHeader, secret)
 	}
 	resp, err := h.Client.Do(req)
+	if ue, ok := err.(*url.Error); ok { // every error of Do's: its Err is the Transport's, a user's, which Run unwraps
+		ue.Err = readableErr(ue.Err, "ExecHook.Client's Transport", "a failed request")
+	}
 	if err != nil {
 		return nil, err
 	}
