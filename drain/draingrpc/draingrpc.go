@@ -283,15 +283,49 @@ func (s *ctxStream) untilHalt(op func() error) error {
 		return errStreamStopping
 	default:
 	}
-	done := make(chan error, 1)
-	go func() { done <- op() }()
+	done := goOp(op)
 	select {
-	case err := <-done:
-		return err
+	case r := <-done:
+		return r.get()
 	case <-s.halt:
 		s.halted.Store(true)
 		return errStreamStopping
 	}
+}
+
+// opResult is what a stream's receive or send, run by goOp, did.
+type opResult struct {
+	err      error
+	panicked any // op's panic, for get to raise again
+}
+
+// goOp runs op, a receive or a send through the streams of the
+// interceptors outside ours (a user's wrapper, a codec), in a goroutine
+// of its own, so that the drain can end a handler waiting in it, and
+// returns its result. A panic in op is handed back, not raised there:
+// on that goroutine no recover of the handler's (a recovery interceptor,
+// where grpc-go has none) could catch it, and it ended the process. One
+// that comes after the drain ended the wait is dropped with the result.
+func goOp(op func() error) <-chan opResult {
+	done := make(chan opResult, 1) // op's goroutine never blocks on a wait that ended
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				done <- opResult{panicked: v}
+			}
+		}()
+		done <- opResult{err: op()}
+	}()
+	return done
+}
+
+// get returns the op's error, or raises its panic again on the caller's
+// goroutine, the handler's.
+func (r opResult) get() error {
+	if r.panicked != nil {
+		panic(r.panicked)
+	}
+	return r.err
 }
 
 // A Server is what Stop needs of a *grpc.Server.

@@ -60,11 +60,10 @@ type reflectionStream struct {
 // goroutine. The reflection handler drops m on an error, so nothing reads
 // what that RecvMsg may still write into it.
 func (s *reflectionStream) RecvMsg(m any) error {
-	received := make(chan error, 1)
-	go func() { received <- s.ServerStream.RecvMsg(m) }()
+	received := goOp(func() error { return s.ServerStream.RecvMsg(m) })
 	select {
-	case err := <-received:
-		return err
+	case r := <-received:
+		return r.get()
 	case <-s.stopping:
 		s.stopped.Store(true)
 		return errReflectionStopping
