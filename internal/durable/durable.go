@@ -117,29 +117,16 @@ func MkdirAll(dir string, perm os.FileMode) error {
 // would have its temporary file removed and fail. Other files, and the
 // temporary files of other names, are left alone.
 func RemoveTemps(path string) ([]string, error) {
-	dir, name := filepath.Split(path)
-	dir = filepath.Clean(dir)
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
+	return removeTempsWith(path, removeTemp)
+}
+
+// removeTemp removes the temporary file p; one already gone counts as
+// removed.
+func removeTemp(p string) (bool, error) {
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, err
 	}
-	var removed []string
-	var errs []error
-	for _, e := range entries {
-		if !isTemp(e.Name(), name) || e.IsDir() {
-			continue
-		}
-		p := filepath.Join(dir, e.Name())
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-			continue
-		}
-		removed = append(removed, p)
-	}
-	if len(removed) > 0 {
-		errs = append(errs, syncDir(dir))
-	}
-	return removed, errors.Join(errs...)
+	return true, nil
 }
 
 // RemoveGoneTemps removes the temporary files that WriteFiles of path left
@@ -151,6 +138,13 @@ func RemoveTemps(path string) ([]string, error) {
 // directory when it removed any. Where flock(2) does not exist it removes
 // none.
 func RemoveGoneTemps(path string) ([]string, error) {
+	return removeTempsWith(path, removeIfGone)
+}
+
+// removeTempsWith calls remove on each temporary file of path's writes and
+// returns the paths it removed, syncing the directory when it removed any;
+// the two removers differ only in which files they may take.
+func removeTempsWith(path string, remove func(p string) (bool, error)) ([]string, error) {
 	dir, name := filepath.Split(path)
 	dir = filepath.Clean(dir)
 	entries, err := os.ReadDir(dir)
@@ -164,7 +158,7 @@ func RemoveGoneTemps(path string) ([]string, error) {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		gone, err := removeIfGone(p)
+		gone, err := remove(p)
 		if err != nil {
 			errs = append(errs, err)
 		}
