@@ -377,14 +377,16 @@ func httpStep(name string, srv *http.Server, reserve deadline.Reserve) Step {
 		err := shutdownHTTP(sctx, srv, func(err error) error {
 			n, silent, known := conns()
 			switch {
-			case known && n == 0:
-				// No connection is in a request: Close cuts nothing, as
-				// draingrpc.Stop's does for a connection still in its
-				// handshake. Shutdown waited for connections that have
-				// sent nothing (net/http waits for one until it is 5 s
-				// old: docs/faults.md row 1840), or had not looked since
-				// the last request ended (it looks at a doubling
-				// interval, up to every 500 ms: row 1842).
+			case known && n == 0 && sctx.Err() != nil:
+				// No connection is in a request at the deadline (or the
+				// bound): Close cuts nothing, as draingrpc.Stop's does for
+				// a connection still in its handshake. Shutdown waited for
+				// connections that have sent nothing (net/http waits for
+				// one until it is 5 s old: docs/faults.md row 1840), or
+				// had not looked since the last request ended (it looks at
+				// a doubling interval, up to every 500 ms: row 1842). Any
+				// other error of Shutdown's (a listener that failed to
+				// close) is the step's, as ShutdownHTTP's (row 2060).
 				if silent > 0 {
 					detail = fmt.Sprintf("closed %d connection(s) that had sent no request (a TCP check, a preconnect, a TLS handshake left unfinished): no request was cut", silent)
 				}
