@@ -476,7 +476,8 @@ var startClasses = []Class{Create, Resume, Fork}
 func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Window, p *PhaseReport) {
 	kill := d.budget.Kill()
 	planned := d.estimator().Estimate() // what the plan counted before this phase measured any
-	pr, inflight, err := d.preserveIn(ctx, w, p)
+	told := new(tightenFault)
+	pr, inflight, err := d.preserveIn(ctx, w, p, told)
 	for err == nil && pr != nil && !pr.Unknown && pr.Err() != nil && d.force.Err() == nil {
 		// Only a budget that moved SIGKILL later gives more time; the
 		// plan's window alone moves with what the phase did (its reserve
@@ -490,7 +491,7 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 			"was", p.Deadline, "deadline", later.Deadline, "hard", later.Hard, "kill", d.budget.Kill(), "not_preserved", pr.Err().Error())
 		p.Deadline, p.Hard = later.Deadline, reportedHard(later)
 		var more *pause.Report
-		more, inflight, err = d.preserveIn(ctx, later, p)
+		more, inflight, err = d.preserveIn(ctx, later, p, told)
 		if more != nil {
 			mergeSweep(pr, more)
 		}
@@ -518,6 +519,7 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 	default:
 		p.Result = OK
 	}
+	told.fail(p)
 }
 
 // underestimated says, when this phase's preserves took much longer than
@@ -568,9 +570,10 @@ func (d *Drainer) underestimated(ctx context.Context, pr *pause.Report, planned 
 
 // preserveIn runs the Preserver in window w, and again for what the
 // operations in flight as the gate closed started (preserveAfterInFlight);
-// the window follows a budget that moves SIGKILL earlier (followBudget).
-func (d *Drainer) preserveIn(ctx context.Context, w deadline.Window, p *PhaseReport) (*pause.Report, map[Class]int, error) {
-	ends := new(preserveEnds)
+// the window follows a budget that moves SIGKILL earlier (followBudget),
+// and told keeps a panic of the Preserver's Tighten.
+func (d *Drainer) preserveIn(ctx context.Context, w deadline.Window, p *PhaseReport, told *tightenFault) (*pause.Report, map[Class]int, error) {
+	ends := &preserveEnds{told: told}
 	ends.set(w.Deadline, w.Hard)
 	ctx, stop := d.phaseContext(ctx, PhasePreserve, p, ends) // p.Deadline is w's
 	defer stop()
@@ -589,7 +592,7 @@ func (d *Drainer) preserveIn(ctx context.Context, w deadline.Window, p *PhaseRep
 				// deadline.
 				defer context.AfterFunc(ctx, func() {
 					if now := ends.get().hard; now.Before(e.hard) {
-						t.Tighten(now)
+						told.tell(t, now, "the Preserver", d.log)
 					}
 				})()
 			}
@@ -641,7 +644,10 @@ type tightener interface{ Tighten(deadline time.Time) bool }
 // start, its preserves running past the new SIGKILL (row 622).
 // followBudget sets them before it calls Tighten, and preserveIn reads
 // them in the goroutine that calls Run, just before the call.
-type preserveEnds struct{ at atomic.Pointer[phaseEnds] }
+type preserveEnds struct {
+	at   atomic.Pointer[phaseEnds]
+	told *tightenFault // where a panic of the Preserver's Tighten is kept
+}
 
 type phaseEnds struct{ deadline, hard time.Time }
 
@@ -695,7 +701,7 @@ func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport,
 			if hard := ends.get().hard; hard.After(d.budget.Deadline()) {
 				ends.set(dl, w.Hard)
 				if t, ok := d.preserver.(tightener); ok {
-					t.Tighten(w.Hard)
+					ends.told.tell(t, w.Hard, "the Preserver", d.log)
 				}
 			} else {
 				ends.set(dl, hard)
@@ -825,7 +831,7 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 	}
 	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
 	defer cancel()
-	sd := &stepDeadline{step: s}
+	sd := &stepDeadline{step: s, name: "step " + p.Name, log: d.log}
 	if !outlived {
 		// A step follows the budget as the gate and preserve phases do: a
 		// deletion read that lands while it runs (with no sandboxes the
@@ -855,6 +861,9 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 	default:
 		p.Result, p.Error = Failed, err.Error()
 	}
+	// Told while Run ran: a follower tells before it cancels the context
+	// Run returns at.
+	sd.told.fail(p)
 }
 
 // forceReserve returns ctx ending with ErrForced reserve after Force is
@@ -883,6 +892,9 @@ func (d *Drainer) forceReserve(ctx context.Context, reserve time.Duration, s *st
 // before it reads ctx's deadline: one of the two sees the move.
 type stepDeadline struct {
 	step  Step
+	name  string // "step <name>", for a panic of its Tighten
+	log   *slog.Logger
+	told  tightenFault    // a panic of the step's Tighten
 	moved follow.Deadline // none: not moved
 }
 
@@ -891,7 +903,7 @@ type stepDeadline struct {
 func (s *stepDeadline) tell(dl time.Time) {
 	s.moved.Move(dl)
 	if t, ok := s.step.(tightener); ok {
-		t.Tighten(dl)
+		s.told.tell(t, dl, s.name, s.log)
 	}
 }
 

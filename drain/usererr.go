@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync/atomic"
+	"time"
 )
 
 // readableErr is err, which who (a user's code: the Lister, a step)
@@ -50,4 +53,46 @@ func detailText(detail any) (text string) {
 		}
 	}()
 	return strings.TrimSpace(s.String())
+}
+
+// A tightenFault keeps the first panic of a user's Tighten (a Step's, the
+// Preserver's) in one phase: the phase fails naming it (fail). Tighten is
+// called from the goroutines that follow the budget and Force, where no
+// recover was: a Tighten that panicked (a count of moves in a map never
+// made) ended the process mid-drain, every sandbox not yet preserved, the
+// later steps (the ublk teardown) and the Report with it. Met in tell, in
+// a recover, it is a Tighten that could not be told: the phase's context
+// still ends at the moved deadline, as for a Step or Preserver with no
+// Tighten. Safe for concurrent use.
+type tightenFault struct{ first atomic.Pointer[error] }
+
+// tell tells t dl (Tighten) in a recover; who names t in the error a panic
+// becomes, which is logged to log and kept when it is the phase's first.
+func (f *tightenFault) tell(t tightener, dl time.Time, who string, log *slog.Logger) {
+	defer func() {
+		if v := recover(); v != nil {
+			err := fmt.Errorf("drain: %s's Tighten (%T) panicked: %v: it was not told its deadline moved to %s",
+				who, t, v, dl.UTC().Format(time.RFC3339Nano))
+			log.Error("drain: a Tighten panicked: the phase ends at its moved deadline all the same, and fails", "error", err)
+			f.first.CompareAndSwap(nil, &err)
+		}
+	}()
+	t.Tighten(dl)
+}
+
+// fail marks p failed (its result kept when it is a fault already) and
+// names the Tighten's panic in its Error, when there was one.
+func (f *tightenFault) fail(p *PhaseReport) {
+	err := f.first.Load()
+	if err == nil {
+		return
+	}
+	if !p.fault() {
+		p.Result = Failed
+	}
+	if p.Error == "" {
+		p.Error = (*err).Error()
+		return
+	}
+	p.Error = joinNote(p.Error, (*err).Error())
 }
