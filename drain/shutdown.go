@@ -846,7 +846,8 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 	ctx, unforce := d.forceReserve(ctx, w.Reserve, sd)
 	defer unforce()
 	detail, err := bounded.Call(sd.context(withGate(ctx, d.gate)), returnSlack, s.Run)
-	p.Detail = detail
+	// Encoded next by a Progress (internal/lastreport), on this goroutine.
+	p.Detail = d.encodableDetail(detail, p.Name)
 	err = readableErr(err, "step "+p.Name, "the step failed") // read below outside any recover
 	switch {
 	case err == nil:

@@ -2,12 +2,16 @@ package drain
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/drainkit/drainkit/pause"
 )
 
 // readableErr is err, which who (a user's code: the Lister, a step)
@@ -95,4 +99,34 @@ func (f *tightenFault) fail(p *PhaseReport) {
 		return
 	}
 	p.Error = joinNote(p.Error, (*err).Error())
+}
+
+// encodableDetail is detail, step's Detail, or, when encoding it panics (its
+// MarshalJSON, or one of a value it holds: a report its step never filled),
+// an error text naming its type and the panic, logged: the Report must
+// encode (see Report). Encoded first outside any recover, by a Progress at
+// the step's end on the drain's goroutine, or by the server writing the
+// final Report, it ended the process, the later steps and the Report lost.
+// A Detail that encodes with an error is left as it is. A *pause.Report (a
+// final sweep, as large as the node) holds no user code, and is not encoded
+// here.
+func (d *Drainer) encodableDetail(detail any, step string) any {
+	if _, ours := detail.(*pause.Report); ours || detail == nil {
+		return detail
+	}
+	v := encodePanic(detail)
+	if v == nil {
+		return detail
+	}
+	said := fmt.Sprintf("drain: step %s's Detail (%T) panicked in MarshalJSON: %v: what the step did is not in the Report", step, detail, v)
+	d.log.Error("drain: a step's Detail panicked as it was encoded: the Report says so in its place", "step", step, "error", said)
+	return said
+}
+
+// encodePanic encodes v (discarded) and returns what the encoding panicked
+// with, nil when it did not.
+func encodePanic(v any) (panicked any) {
+	defer func() { panicked = recover() }()
+	_ = json.NewEncoder(io.Discard).Encode(v)
+	return nil
 }
