@@ -67,9 +67,10 @@ type PhaseReport struct {
 	// ("drain", "gate", "preserve" or a step's name; none, the field left
 	// out, for a refusal before the drain began, by a gate the server
 	// closed itself before Shutdown: "before the drain" in the log line).
-	// The drain's log line says the same. A step's Detail whose encoding
-	// panics (its MarshalJSON) is replaced by a text saying so, logged at
-	// ERROR, so that the Report encodes.
+	// The drain's log line says the same. A step's Detail that cannot be
+	// encoded (its MarshalJSON panics or fails, a field JSON has no form
+	// for) is replaced by a text saying so, logged at ERROR, so that the
+	// Report encodes.
 	Detail any `json:"detail,omitempty"`
 }
 

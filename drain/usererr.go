@@ -107,26 +107,36 @@ func (f *tightenFault) fail(p *PhaseReport) {
 // encode (see Report). Encoded first outside any recover, by a Progress at
 // the step's end on the drain's goroutine, or by the server writing the
 // final Report, it ended the process, the later steps and the Report lost.
-// A Detail that encodes with an error is left as it is. A *pause.Report (a
-// final sweep, as large as the node) holds no user code, and is not encoded
-// here.
+// A Detail that encodes with an error (a field JSON has no form for, a
+// MarshalJSON that fails) is said so in its place too: kept, it made the
+// whole Report fail to encode, the account of before the step kept and no
+// final Report written (docs/faults.md row 2102). A *pause.Report (a final
+// sweep, as large as the node) holds no user code, and is not encoded here.
 func (d *Drainer) encodableDetail(detail any, step string) any {
 	if _, ours := detail.(*pause.Report); ours || detail == nil {
 		return detail
 	}
-	v := encodePanic(detail)
-	if v == nil {
+	v, err := encodeDetail(detail)
+	var said string
+	switch {
+	case v != nil:
+		said = fmt.Sprintf("drain: step %s's Detail (%T) panicked in MarshalJSON: %v: what the step did is not in the Report", step, detail, v)
+	case err != nil:
+		said = fmt.Sprintf("drain: step %s's Detail (%T) could not be encoded: %v: what the step did is not in the Report", step, detail, err)
+	default:
 		return detail
 	}
-	said := fmt.Sprintf("drain: step %s's Detail (%T) panicked in MarshalJSON: %v: what the step did is not in the Report", step, detail, v)
-	d.log.Error("drain: a step's Detail panicked as it was encoded: the Report says so in its place", "step", step, "error", said)
+	d.log.Error("drain: a step's Detail could not be encoded: the Report says so in its place", "step", step, "error", said)
 	return said
 }
 
-// encodePanic encodes v (discarded) and returns what the encoding panicked
-// with, nil when it did not.
-func encodePanic(v any) (panicked any) {
-	defer func() { panicked = recover() }()
-	_ = json.NewEncoder(io.Discard).Encode(v)
-	return nil
+// encodeDetail encodes v (discarded) and returns what the encoding
+// panicked with, or its error.
+func encodeDetail(v any) (panicked any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = p
+		}
+	}()
+	return nil, json.NewEncoder(io.Discard).Encode(v)
 }

@@ -86,3 +86,39 @@ func TestAStepDetailWhoseMarshalJSONPanicsIsSaidNotACrash(t *testing.T) {
 		assert.Contains(t, string(data), said)
 	})
 }
+
+// A step whose Detail cannot be encoded (a field of a type JSON has no form for, a
+// MarshalJSON that returns an error) made the whole Report unencodable: the Progress
+// logged "could not be encoded" and kept the account of before the step, and the
+// servers' writeReport (json.MarshalIndent of the final Report) returned the error with
+// no Report written. The Detail is said in its place, with the encoder's error, as
+// one that panics is:
+//
+//	0 s   SIGTERM: 1 sandbox preserved
+//	1 s   step "ublk" returns a Detail holding a channel: OK, and said as unencodable
+//	1 s   step "http": OK; the final Report encodes
+func TestAStepDetailThatCannotBeEncodedIsSaidNotTheReportLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		budget, err := deadline.New(60*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		node := draintest.NewNode()
+		node.AddN("sb", 1, time.Second)
+		cfg := drain.Config{Budget: budget, Sandboxes: node, Logger: slog.New(slog.DiscardHandler), Steps: []drain.Step{
+			drain.NewStep(deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(time.Second)}, func(context.Context) (any, error) {
+				return struct{ Done chan struct{} }{make(chan struct{})}, nil
+			}),
+			drain.NewStep(deadline.Phase{Name: "http", Reserve: deadline.Fixed(time.Second)}, func(context.Context) (any, error) {
+				return nil, nil
+			}),
+		}}
+		d, err := drain.New(cfg)
+		require.NoError(t, err)
+		rep := d.Shutdown(context.Background())
+
+		final, err := json.MarshalIndent(rep, "", "  ")
+		require.NoError(t, err, "the final Report encodes")
+		assert.Contains(t, string(final), "drain: step ublk's Detail (struct { Done chan struct {} }) could not be encoded: json: unsupported type: chan struct {}")
+		assert.Equal(t, drain.OK, rep.Phase("ublk").Result, "what the step did stands")
+		assert.Equal(t, drain.OK, rep.Phase("http").Result)
+	})
+}
