@@ -174,9 +174,9 @@ func charsMapped(dir string, want map[DevNum]bool) ([]DevNum, error) {
 			continue
 		}
 		path := string(bytes.TrimLeft(rest, " "))
-		dev, char, err := statCharDev(filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", start, end)))
+		dev, char, err := statDev(filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", start, end)), unix.S_IFCHR)
 		if err != nil && !errors.Is(err, unix.ENOENT) && !kernelNamed(path) {
-			dev, char, err = charByPath(&root, strings.TrimSuffix(path, " (deleted)"))
+			dev, char, err = typedByPath(&root, strings.TrimSuffix(path, " (deleted)"), unix.S_IFCHR)
 			if err != nil && untyped == nil {
 				untyped = fmt.Errorf("ublk: mapping of %s not typed (map_files, then its path: %w)", path, err)
 			}
@@ -192,60 +192,4 @@ func charsMapped(dir string, want map[DevNum]bool) ([]DevNum, error) {
 		return out, err
 	}
 	return out, untyped
-}
-
-// statCharDev is statBlockDev for a character device.
-func statCharDev(p string) (DevNum, bool, error) {
-	var st unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st); err != nil {
-		return DevNum{}, false, err
-	}
-	dev, ok := charOf(&st)
-	return dev, ok, nil
-}
-
-// charOf returns the device number st names if it is a character
-// device's.
-func charOf(st *unix.Statx_t) (DevNum, bool) {
-	if st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFCHR {
-		return DevNum{}, false
-	}
-	return DevNum{st.Rdev_major, st.Rdev_minor}, true
-}
-
-// charByPath is typedByPath for a character device: the path resolved
-// from the lookup cache only, in the process's root, then in this
-// process's.
-func charByPath(root *processRoot, p string) (DevNum, bool, error) {
-	fd, rerr := root.get()
-	if rerr == nil {
-		dev, char, err := cachedCharDevAt(fd, p, unix.RESOLVE_IN_ROOT)
-		if err == nil {
-			return dev, char, nil
-		}
-		rerr = err
-	}
-	dev, char, err := cachedCharDevAt(unix.AT_FDCWD, p, 0)
-	if err != nil {
-		return DevNum{}, false, fmt.Errorf("in its root: %w; in this process's: %w", rerr, err)
-	}
-	return dev, char, nil
-}
-
-// cachedCharDevAt is cachedBlockDevAt for a character device.
-func cachedCharDevAt(dirfd int, p string, resolve uint64) (DevNum, bool, error) {
-	fd, err := unix.Openat2(dirfd, p, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: resolveCached | unix.RESOLVE_NO_MAGICLINKS | resolve,
-	})
-	if err != nil {
-		return DevNum{}, false, err
-	}
-	defer unix.Close(fd)
-	var st unix.Statx_t
-	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st); err != nil {
-		return DevNum{}, false, err
-	}
-	dev, ok := charOf(&st)
-	return dev, ok, nil
 }

@@ -382,17 +382,24 @@ func isAnon(target string) bool {
 // when the server is gone (an NFS volume whose server went away, a hung
 // FUSE daemon), holding up the whole scan.
 func statBlockDev(p string) (DevNum, bool, error) {
+	return statDev(p, unix.S_IFBLK)
+}
+
+// statDev is statBlockDev for a device of the file type ifmt (S_IFBLK,
+// S_IFCHR).
+func statDev(p string, ifmt uint32) (DevNum, bool, error) {
 	var st unix.Statx_t
 	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st); err != nil {
 		return DevNum{}, false, err
 	}
-	dev, ok := blockOf(&st)
+	dev, ok := devOf(&st, ifmt)
 	return dev, ok, nil
 }
 
-// blockOf returns the device number st names if it is a block device's.
-func blockOf(st *unix.Statx_t) (DevNum, bool) {
-	if st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFBLK {
+// devOf returns the device number st names if it is a device of the file
+// type ifmt (S_IFBLK, S_IFCHR).
+func devOf(st *unix.Statx_t, ifmt uint32) (DevNum, bool) {
+	if st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != ifmt {
 		return DevNum{}, false
 	}
 	return DevNum{st.Rdev_major, st.Rdev_minor}, true
@@ -411,12 +418,13 @@ const resolveCached = 0x20
 // not. A path that cannot be resolved so is an error (EAGAIN), and so is
 // one that no longer exists.
 func cachedBlockDev(p string) (DevNum, bool, error) {
-	return cachedBlockDevAt(unix.AT_FDCWD, p, 0)
+	return cachedDevAt(unix.AT_FDCWD, p, 0, unix.S_IFBLK)
 }
 
-// cachedBlockDevAt is cachedBlockDev for p resolved from the directory dirfd
-// with the extra resolve flags.
-func cachedBlockDevAt(dirfd int, p string, resolve uint64) (DevNum, bool, error) {
+// cachedDevAt is cachedBlockDev for p resolved from the directory dirfd
+// with the extra resolve flags, for a device of the file type ifmt
+// (S_IFBLK, S_IFCHR).
+func cachedDevAt(dirfd int, p string, resolve uint64, ifmt uint32) (DevNum, bool, error) {
 	fd, err := unix.Openat2(dirfd, p, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_CLOEXEC,
 		Resolve: resolveCached | unix.RESOLVE_NO_MAGICLINKS | resolve,
@@ -429,7 +437,7 @@ func cachedBlockDevAt(dirfd int, p string, resolve uint64) (DevNum, bool, error)
 	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st); err != nil {
 		return DevNum{}, false, err
 	}
-	dev, ok := blockOf(&st)
+	dev, ok := devOf(&st, ifmt)
 	return dev, ok, nil
 }
 
@@ -682,7 +690,7 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 				if kernelNamed(path) {
 					err = nil // never a node
 				} else {
-					dev, block, err = typedByPath(&root, strings.TrimSuffix(path, " (deleted)"))
+					dev, block, err = typedByPath(&root, strings.TrimSuffix(path, " (deleted)"), unix.S_IFBLK)
 				}
 				if err != nil && untyped == nil {
 					// Not typed is not "no block device": a VMM's disk
@@ -719,23 +727,24 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 }
 
 // typedByPath types a file a process maps, by the path maps shows, from
-// the lookup cache only (cachedBlockDev): as the process sees it first,
+// the lookup cache only (cachedDevAt): as the process sees it first,
 // resolved inside its own root (/proc/PID/root: its mount namespace and
 // chroot, where a jailed or containerized VMM's disk node is, which maps
 // shows by its path there when this process's root does not reach it),
 // then as this process sees it (a jail in this mount namespace, which maps
 // shows by its full path). It fails when neither resolves it, naming both
-// errors.
-func typedByPath(root *processRoot, p string) (DevNum, bool, error) {
+// errors. ifmt is the file type of the device looked for (S_IFBLK,
+// S_IFCHR).
+func typedByPath(root *processRoot, p string, ifmt uint32) (DevNum, bool, error) {
 	fd, rerr := root.get()
 	if rerr == nil {
-		dev, block, err := cachedBlockDevAt(fd, p, unix.RESOLVE_IN_ROOT)
+		dev, block, err := cachedDevAt(fd, p, unix.RESOLVE_IN_ROOT, ifmt)
 		if err == nil {
 			return dev, block, nil
 		}
 		rerr = err
 	}
-	dev, block, err := cachedBlockDev(p)
+	dev, block, err := cachedDevAt(unix.AT_FDCWD, p, 0, ifmt)
 	if err != nil {
 		return DevNum{}, false, fmt.Errorf("in its root: %w; in this process's: %w", rerr, err)
 	}
