@@ -36,9 +36,10 @@ import (
 // beside the server is the server's.
 //
 // With the daemon's PID known, a live device (its disk in sysfs) whose
-// /dev/ublkcN no process procfs shows has open is another server's too
-// when the daemon's own fds were read and it has not, and every process
-// whose fds could not be read (blockdev.CharHolders) is outside the
+// /dev/ublkcN no process procfs shows has open or mapped is another
+// server's too when the daemon's own fds and mappings were read and it has
+// neither, and every process whose fds or mappings could not be read
+// (blockdev.CharHolders) is outside the
 // bounds: its server is one this procfs does not show (another pod's PID
 // namespace: the DaemonSets run with hostPID false) or cannot read (another
 // user's), never the daemon. Before, such a device was the step's, and
@@ -152,7 +153,7 @@ func servedUnseen(ctx context.Context, sysRoot, procRoot string, unseen []Device
 	}
 	also := ""
 	if len(unread) > 0 {
-		also = fmt.Sprintf(", nor, as far as it can tell, in the %d process(es) whose fds could not be read, all outside the server's cgroup", len(unread))
+		also = fmt.Sprintf(", nor, as far as it can tell, in the %d process(es) whose fds or mappings could not be read, all outside the server's cgroup", len(unread))
 	}
 	out := map[int]string{}
 	for _, d := range unseen {

@@ -740,3 +740,28 @@ func TestDaemonThatExitsDuringTheLookBeforeTheKillIsNotKilled(t *testing.T) {
 		assert.True(t, f.tree.HasDisk(2), "ublkb2, another server's, left alone")
 	})
 }
+
+// The daemon, pid 4242, forked pid 4343 to serve ublkb1 (as ublksrv forks
+// a server a device); 4343 maps /dev/ublkc1 for the I/O descriptors and
+// closed its fd (row 1742: the driver needs neither for the mapping nor
+// for an io_uring with the device among its registered files). Both are in
+// the server's cgroup. At discovery the step tells its own devices from
+// another server's: ublkb1 is its own, its server inside the cgroup.
+// Before, the pass read fds alone: ublkb1 was open in no process, the
+// daemon's own fds and mappings held none of it, and the step's own disk
+// was "another server's device, left alone" (its holders not waited for,
+// the daemon's kill not held back by it).
+func TestDiscoveryTellsADeviceItsServerOnlyMapsTheStepsOwn(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node the per-device server maps")
+	}
+	f := newFixture(t)
+	procs := append(slices.Clone(stepAndDaemon), fakeProc{"4343", "podA", false})
+	_, node := makeServed(t, f, servedChar{id: 1, charMajor: 4069, salt: 71, inSysfs: true, procs: procs})
+	fakeMapping(t, f.proc, "4343", node)
+	devs, err := scanDevices(f.tree.Root)
+	require.NoError(t, err)
+	others, untold := othersDevices(t.Context(), f.tree.Root, f.proc, devs, 4242, nil)
+	assert.Empty(t, untold, "a pass not cut short tells every device")
+	assert.Empty(t, others, "ublkb1 is the step's: its server, in the server's cgroup, maps its /dev/ublkc1")
+}

@@ -18,18 +18,21 @@ import (
 )
 
 // CharHolders returns, for each of devs (character device numbers), the
-// processes under procRoot that have the device open, each once: a ublk
-// server has its devices' /dev/ublkcN open while it serves them, and the
-// driver lets only one process open each. Only fds are read (a character
-// device cannot be mounted, and a ublk server's mapping of its char device
-// comes with its fd), each typed from the attributes the kernel has, as
-// Holders does. It also returns, with why, the processes whose fds it
-// could not read though they had not exited (EACCES: another user's
-// process, or a non-dumpable one, to a reader without CAP_SYS_PTRACE;
-// EMFILE in the reader): any of them may have a device open, so a device
-// with no holder listed is not one no process has open. A process that
-// exited has none. When ctx ends before every process was read it returns
-// what it found and a *CutError.
+// processes under procRoot that have the device open or mapped, each
+// once: a ublk server has its devices' /dev/ublkcN open, or mapped (the I/O
+// descriptors) with its fd closed, while it serves them, and the driver
+// lets only one process open each. Fds and mappings are read
+// (ReadCharsHeld; a character device cannot be mounted), each typed from
+// the attributes the kernel has, as Holders does. Read fds alone, a
+// per-device server that closed its fd held nothing, and the step's own
+// device was taken for another server's (row 2080). It also returns, with
+// why, the processes whose fds or mappings it could not read though they
+// had not exited (EACCES: another user's process, or a non-dumpable one,
+// to a reader without CAP_SYS_PTRACE; EMFILE in the reader; maps not read
+// within MapsWait; a mapping not typed): any of them may have a device
+// open, so a device with no holder listed is not one no process has open.
+// A process that exited has none. When ctx ends before every process was
+// read it returns what it found and a *CutError.
 func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (held map[DevNum][]int, unread map[int]error, err error) {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
@@ -47,14 +50,14 @@ func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (held map[
 		if err := ctx.Err(); err != nil {
 			return held, unread, &CutError{Unread: pids[i:], Total: len(pids), Err: err}
 		}
-		open, complete, err := ReadCharsOpen(ctx, filepath.Join(procRoot, strconv.Itoa(pid), "fd"), want)
+		open, mapped, complete, err := ReadCharsHeld(ctx, filepath.Join(procRoot, strconv.Itoa(pid)), want)
 		if !complete {
 			return held, unread, &CutError{Unread: pids[i:], Total: len(pids), Err: ctx.Err()}
 		}
 		if err != nil && !exited(err) {
 			unread[pid] = err
 		}
-		for _, dev := range open {
+		for _, dev := range slices.Concat(open, mapped) {
 			held[dev] = append(held[dev], pid)
 		}
 	}
