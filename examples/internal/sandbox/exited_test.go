@@ -27,6 +27,13 @@ var caughtExiting, _ = filepath.Abs(filepath.Join("..", "..", "..", "internal", 
 // SIGTERM), held open.
 func caughtExitingRunsc(t *testing.T) string {
 	t.Helper()
+	return imageReplacingRunsc(t, caughtExiting)
+}
+
+// imageReplacingRunsc returns a runsc wrapper whose checkpoints are runsc's own, the real
+// image then replaced with image: a save made, holding what image holds.
+func imageReplacingRunsc(t *testing.T, image string) string {
+	t.Helper()
 	real, err := exec.LookPath("runsc")
 	require.NoError(t, err)
 	script := filepath.Join(t.TempDir(), "runsc")
@@ -34,7 +41,7 @@ func caughtExitingRunsc(t *testing.T) string {
 img=
 for a; do case $a in --image-path=*) img=${a#--image-path=} ;; esac; done
 `+real+` "$@" || exit $?
-case " $* " in *" checkpoint "*) cp `+caughtExiting+` "$img/checkpoint.img" ;; esac
+case " $* " in *" checkpoint "*) cp `+image+` "$img/checkpoint.img" ;; esac
 `), 0o755))
 	return script
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -36,17 +35,7 @@ func unreadableImageRunsc(t *testing.T) string {
 	img = append(append(img, m...), raw[16+n:]...)
 	unreadable := filepath.Join(t.TempDir(), "checkpoint.img")
 	require.NoError(t, os.WriteFile(unreadable, img, 0o600))
-
-	real, err := exec.LookPath("runsc")
-	require.NoError(t, err)
-	script := filepath.Join(t.TempDir(), "runsc")
-	require.NoError(t, os.WriteFile(script, []byte(`#!/bin/sh
-img=
-for a; do case $a in --image-path=*) img=${a#--image-path=} ;; esac; done
-`+real+` "$@" || exit $?
-case " $* " in *" checkpoint "*) cp `+unreadable+` "$img/checkpoint.img" ;; esac
-`), 0o755))
-	return script
+	return imageReplacingRunsc(t, unreadable)
 }
 
 // Fault: an image runsc.SavedRunning cannot read (a format of a newer runsc: row 1780
