@@ -26,6 +26,15 @@ func TestSavedRunningTellsAWorkloadCaughtExitingFromOneThatRuns(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, running, "only exiting tasks were saved")
 
+	running, err = SavedRunning(runningCounterCheckpoint(t))
+	require.NoError(t, err)
+	assert.True(t, running, "a counter that runs")
+}
+
+// runningCounterCheckpoint checkpoints a counter that runs on the real runsc and
+// returns the directory of its image.
+func runningCounterCheckpoint(t *testing.T) string {
+	t.Helper()
 	rt := realRuntime(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -36,9 +45,7 @@ func TestSavedRunningTellsAWorkloadCaughtExitingFromOneThatRuns(t *testing.T) {
 	waitCounter(t, b, 0)
 	img := filepath.Join(dir, "img")
 	require.NoError(t, rt.Checkpoint(ctx, "counts", img))
-	running, err = SavedRunning(img)
-	require.NoError(t, err)
-	assert.True(t, running, "a counter that runs")
+	return img
 }
 
 // An image SavedRunning cannot read is an error, never a workload said exited.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"compress/flate"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -92,16 +91,7 @@ var (
 func TestSavedRunningReadsTheImagesNewerRunscWrites(t *testing.T) {
 	exiting, err := os.ReadFile(filepath.Join("testdata", "caught-exiting", ImageFile))
 	require.NoError(t, err)
-	rt := realRuntime(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	b, err := WriteBundle(filepath.Join(dir, "b"), CounterArgs())
-	require.NoError(t, err)
-	require.NoError(t, rt.Run(ctx, "counts", b, filepath.Join(dir, "log")))
-	waitCounter(t, b, 0)
-	require.NoError(t, rt.Checkpoint(ctx, "counts", filepath.Join(dir, "img")))
-	runs, err := os.ReadFile(filepath.Join(dir, "img", ImageFile))
+	runs, err := os.ReadFile(filepath.Join(runningCounterCheckpoint(t), ImageFile))
 	require.NoError(t, err)
 
 	for name, img := range map[string][]byte{"caught exiting": exiting, "running": runs} {
