@@ -126,6 +126,15 @@ func ownPidsCgroup() (string, error) {
 	return "", errors.New("kubeletsim: no cgroup v1 pids hierarchy")
 }
 
+// contained reports whether the container is a cgroup of its own, not yet
+// removed: false where none could be made (not root, no cgroup v1 pids
+// hierarchy), the container then the child's process group alone.
+func (c *container) contained() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dir != ""
+}
+
 // kill SIGKILLs every process in the container, and removes its cgroup
 // once it is empty. It reports false when there is no cgroup: the caller
 // kills the process group.

@@ -20,3 +20,6 @@ func startContained(cmd *exec.Cmd, reaped func(error)) (*container, error) {
 
 // kill reports false: the caller kills the process group.
 func (*container) kill() (bool, error) { return false, nil }
+
+// contained reports false: there are no cgroups.
+func (*container) contained() bool { return false }
