@@ -55,7 +55,7 @@ func (r *run) list() ([]Sandbox, error) {
 			// to answer under load) says nothing of why listing fails. One
 			// that answered, "none", as the Run ended is not cut: the
 			// listing succeeded.
-			return nil, cutAfter(err, prev)
+			return nil, cutAfter(err, prev, "listing")
 		}
 		if err == nil || len(list) > 0 || errors.Is(err, errListAbandoned) || r.ctx.Err() != nil || r.permanent(err) {
 			return list, err
@@ -163,15 +163,6 @@ func (r *run) listOnce() ([]Sandbox, error) {
 			return nil, errListAbandoned
 		}
 	}
-}
-
-// cutAfter is the error of a listing abandoned or cut by the Run's end,
-// err, made again after one that failed with prev: prev is why it was
-// made again, and the Report keeps it. Said as err alone, a Report's
-// ListErr read "context deadline exceeded" where the server had answered
-// 503 (docs/faults.md row 1710).
-func cutAfter(err, prev error) error {
-	return fmt.Errorf("%w; the listing before failed: %w", err, prev)
 }
 
 // A listAnswer is what a call of the Lister returned; second says it was

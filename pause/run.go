@@ -321,7 +321,7 @@ func (r *run) pass(n int, before error) (found, again int, retry error) {
 	r.rep.Passes = n
 	if err != nil {
 		if before != nil && len(list) == 0 && (errors.Is(err, errListAbandoned) || r.ctx.Err() != nil) {
-			err = cutAfter(err, before)
+			err = cutAfter(err, before, "listing")
 		}
 		r.rep.ListErr = err.Error()
 		if len(list) == 0 {

@@ -372,7 +372,7 @@ func (r *run) ended(res *result, ctx context.Context, stack string, err, before 
 	case errors.Is(err, ErrGone):
 		*res = result{outcome: Vanished, end: time.Now(), err: err}
 	case ctx.Err() != nil:
-		*res = result{outcome: TimedOut, end: time.Now(), err: cutAfterFailure(err, before)}
+		*res = result{outcome: TimedOut, end: time.Now(), err: cutAfter(err, before, "attempt")}
 	case r.permanent(err):
 		*res = result{outcome: Failed, end: time.Now(), err: err}
 	default:
@@ -396,18 +396,21 @@ func (r *run) retryEnded(retried bool) {
 	}
 }
 
-// cutAfterFailure is the error of an attempt cut by its context, err,
-// made again after one that failed with before (nil: none did): before
-// is why it was made again, and the Report keeps it. Said as err alone, a
-// sandbox whose pauses the server failed for minutes, its last one cut by
-// the hard deadline, read "context deadline exceeded", a slow pause
-// (docs/faults.md row 1921; row 1760 in httpsource, whose errors name the
-// failure before them already, and are kept as they are).
-func cutAfterFailure(err, before error) error {
+// cutAfter is the error of a call cut by the Run's end or its context,
+// err, made again after one that failed with before (nil: none did),
+// what the call is ("listing", "attempt"): before is why it was made
+// again, and the Report keeps it. Said as err alone, a Report's ListErr
+// read "context deadline exceeded" where the server had answered 503
+// (docs/faults.md row 1710), and so did the entry of a sandbox whose
+// pauses the server failed for minutes, its last one cut by the hard
+// deadline, a slow pause (row 1921). An err that names before already
+// (httpsource's pause, row 1760; a listing that list made again within
+// its pass) is kept as it is.
+func cutAfter(err, before error, what string) error {
 	if before == nil || strings.Contains(err.Error(), before.Error()) {
 		return err
 	}
-	return fmt.Errorf("%w; the attempt before failed: %w", err, before)
+	return fmt.Errorf("%w; the %s before failed: %w", err, what, before)
 }
 
 // retryWait waits d before the next attempt on ctx, the task's context, and
