@@ -20,6 +20,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/logonce"
 	"github.com/drainkit/drainkit/internal/telemetry"
+	"github.com/drainkit/drainkit/internal/usererr"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -362,7 +363,7 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("drain: Config.InFlightWait must not be negative, got %v", cfg.InFlightWait)
 	}
 	for i, s := range cfg.Steps {
-		if s == nil || isNilValue(s) {
+		if s == nil || usererr.IsNil(s) {
 			return fmt.Errorf("drain: Config.Steps[%d] is nil", i)
 		}
 		if fs, ok := s.(funcStep); ok && fs.run == nil {
@@ -393,7 +394,7 @@ func (cfg *Config) validate() error {
 			}
 		}
 	}
-	if cfg.Preserver != nil && isNilValue(cfg.Preserver) {
+	if cfg.Preserver != nil && usererr.IsNil(cfg.Preserver) {
 		return fmt.Errorf("drain: Config.Preserver is a nil %T", cfg.Preserver)
 	}
 	if set := setFields(cfg.Pause); cfg.Preserver != nil && len(set) > 0 {
@@ -736,15 +737,4 @@ func (d *Drainer) Done() <-chan struct{} {
 		return closedChan()
 	}
 	return d.done
-}
-
-// isNilValue reports whether v is an interface holding a nil pointer, map,
-// func, slice or channel.
-func isNilValue(v any) bool {
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Slice, reflect.Chan, reflect.Interface:
-		return rv.IsNil()
-	}
-	return false
 }

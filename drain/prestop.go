@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drainkit/drainkit/internal/bounded"
+	"github.com/drainkit/drainkit/internal/usererr"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -623,7 +624,7 @@ func sizeOf(sb pause.Sandbox) (b int64) {
 			b = 0
 		}
 	}()
-	if sz, ok := sb.(pause.Sized); ok && !isNilValue(sb) {
+	if sz, ok := sb.(pause.Sized); ok && !usererr.IsNil(sb) {
 		return sz.Size()
 	}
 	return 0
@@ -645,7 +646,7 @@ func ownEstimate(sb pause.Sandbox, size sizeEstimator) (e time.Duration) {
 			e = 0
 		}
 	}()
-	if isNilValue(sb) {
+	if usererr.IsNil(sb) {
 		return 0
 	}
 	if es, ok := sb.(pause.Estimated); ok {
@@ -680,7 +681,7 @@ func safeID(sb pause.Sandbox) (id string) {
 			id = ""
 		}
 	}()
-	if isNilValue(sb) {
+	if usererr.IsNil(sb) {
 		return ""
 	}
 	return sb.ID()

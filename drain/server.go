@@ -18,6 +18,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/hupquit"
 	"github.com/drainkit/drainkit/internal/listenaddr"
+	"github.com/drainkit/drainkit/internal/usererr"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -249,11 +250,11 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (_ *Serv
 	}
 	// Named as the caller wrote them: New would name Config fields the
 	// caller never saw.
-	if sandboxes == nil || isNilValue(sandboxes) {
+	if sandboxes == nil || usererr.IsNil(sandboxes) {
 		return nil, errors.New("drain: NewServer: sandboxes must not be nil: it lists the running sandboxes the drain preserves")
 	}
 	for i, st := range steps {
-		if st == nil || isNilValue(st) {
+		if st == nil || usererr.IsNil(st) {
 			return nil, fmt.Errorf("drain: NewServer: steps[%d] is nil", i)
 		}
 	}

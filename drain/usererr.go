@@ -1,9 +1,7 @@
 package drain
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/usererr"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -23,20 +22,16 @@ import (
 // line, errors.Is or the Report on the drain's goroutine, it ended the
 // process mid-drain. Pause treats its own callers' so (docs/faults.md
 // rows 1881, 1882).
-func readableErr(err error, who, then string) (readable error) {
+func readableErr(err error, who, then string) error {
 	if err == nil {
 		return nil
 	}
-	if isNilValue(err) { // its methods dereference the nil: not called
+	if usererr.IsNil(err) { // its methods dereference the nil: not called
 		return fmt.Errorf("drain: %s returned a nil %T as its error, which is not a nil error: %s", who, err, then)
 	}
-	defer func() {
-		if v := recover(); v != nil {
-			readable = fmt.Errorf("drain: %s returned an error (%T) whose Error or Unwrap panicked: %v", who, err, v)
-		}
-	}()
-	_ = err.Error()
-	_ = errors.Is(err, context.Canceled) // its Unwrap chain
+	if v, _ := usererr.Panics(err); v != nil {
+		return fmt.Errorf("drain: %s returned an error (%T) whose Error or Unwrap panicked: %v", who, err, v)
+	}
 	return err
 }
 

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/usererr"
 )
 
 // The defaults of Config's zero fields.
@@ -392,7 +393,7 @@ func checkBackOff(newBackOff func() backoff.BackOff) (err error) {
 		}
 	}()
 	b := newBackOff()
-	if isNilValue(b) {
+	if usererr.IsNil(b) {
 		return errors.New("pause: Config.BackOff must not return nil: a Run calls it at a sandbox's first transient error, and a nil policy would panic there")
 	}
 	b.Reset()

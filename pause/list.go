@@ -11,6 +11,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/drainkit/drainkit/internal/bounded"
+	"github.com/drainkit/drainkit/internal/usererr"
 )
 
 // errListAbandoned is the listing error when the Lister ignored its context.
@@ -198,14 +199,9 @@ func hedgeAfter(start, end time.Time) time.Duration {
 // kept: met later on Run's goroutine (errors.Is, the Report's ListErr),
 // it ended the process.
 func (r *run) callList() (list []Sandbox, err error) {
-	var returned error // the Lister's error, while its methods are tried
 	defer func() {
 		if v := recover(); v != nil {
-			if returned == nil {
-				list, err = nil, fmt.Errorf("pause: Lister panicked: %v", v)
-			} else { // list is what it returned
-				err = fmt.Errorf("pause: the Lister returned an error (%T) whose Error or Unwrap panicked: %v", returned, v)
-			}
+			list, err = nil, fmt.Errorf("pause: Lister panicked: %v", v)
 			r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: Lister panicked",
 				slog.String("error", err.Error()), slog.String("stack", string(debug.Stack())))
 		}
@@ -213,12 +209,14 @@ func (r *run) callList() (list []Sandbox, err error) {
 	if list, err = r.p.list.List(r.ctx); err == nil {
 		return list, nil
 	}
-	if isNilValue(err) {
+	if usererr.IsNil(err) {
 		return list, nilInError(err, "the Lister", "the listing failed after the sandboxes it gave, and is not retried")
 	}
-	returned = err
-	_ = err.Error()
-	_ = errors.Is(err, errListAbandoned)
+	if v, at := usererr.Panics(err); v != nil { // list is what it returned
+		err = fmt.Errorf("pause: the Lister returned an error (%T) whose Error or Unwrap panicked: %v", err, v)
+		r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: Lister panicked",
+			slog.String("error", err.Error()), slog.String("stack", string(at)))
+	}
 	return list, err
 }
 

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/usererr"
 )
 
 // A Preserver preserves every sandbox a Lister returns, a bounded number at
@@ -86,20 +86,7 @@ func New(list Lister, cfg Config) (*Preserver, error) {
 // isNil reports whether l is nil or holds a nil pointer, func, map,
 // slice, channel or interface: a typed nil whose List would fail or panic
 // at SIGTERM time instead of at New.
-func isNil(l Lister) bool { return isNilValue(l) }
-
-// isNilValue reports whether x is nil or holds a nil pointer, func, map,
-// slice, channel or interface.
-func isNilValue(x any) bool {
-	if x == nil {
-		return true
-	}
-	switch v := reflect.ValueOf(x); v.Kind() {
-	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface:
-		return v.IsNil()
-	}
-	return false
-}
+func isNil(l Lister) bool { return usererr.IsNil(l) }
 
 // Limit returns the concurrency a deadline.Work reserve may count on: how
 // many preserves at once the Preserver runs, as far as that is known to

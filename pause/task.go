@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drainkit/drainkit/internal/follow"
+	"github.com/drainkit/drainkit/internal/usererr"
 )
 
 // The states of a task. A worker moves it queued -> starting -> entering
@@ -482,25 +483,21 @@ func (t *task) retryWait(r *run, ctx context.Context, d time.Duration, err error
 // the Preserve's panic, met here: met later, on the worker outside this
 // recover (the Report's entry, errors.Is), it ended the process.
 func call(ctx context.Context, sb Sandbox, id string) (stack string, err error) {
-	var returned error // the Preserve's error, while its methods are tried
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("pause: Preserve of %s panicked: %v", id, v)
-			if returned != nil {
-				err = fmt.Errorf("pause: Preserve of %s returned an error (%T) whose Error or Unwrap panicked: %v", id, returned, v)
-			}
 			stack = string(debug.Stack())
 		}
 	}()
 	if err = sb.Preserve(ctx); err == nil {
 		return "", nil
 	}
-	if isNilValue(err) { // its name is made only then: no allocation per sandbox
+	if usererr.IsNil(err) { // its name is made only then: no allocation per sandbox
 		return "", nilInError(err, "Preserve of "+id, "not counted preserved, and not retried")
 	}
-	returned = err
-	_ = err.Error()
-	_ = errors.Is(err, ErrGone)
+	if v, at := usererr.Panics(err); v != nil {
+		return string(at), fmt.Errorf("pause: Preserve of %s returned an error (%T) whose Error or Unwrap panicked: %v", id, err, v)
+	}
 	return "", err
 }
 
@@ -514,7 +511,7 @@ func call(ctx context.Context, sb Sandbox, id string) (stack string, err error) 
 // mid-drain with every sandbox not yet preserved. It is no answer that a
 // retry would change, and whether its author meant none is not known.
 func nilInError(err error, who, then string) error {
-	if err == nil || !isNilValue(err) {
+	if err == nil || !usererr.IsNil(err) {
 		return err
 	}
 	return backoff.Permanent(fmt.Errorf("pause: %s returned a nil %T as its error, which is not a nil error: %s", who, err, then))
