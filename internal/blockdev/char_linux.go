@@ -6,13 +6,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -176,17 +174,11 @@ func charsMapped(dir string, want map[DevNum]bool) ([]DevNum, error) {
 		if typed[key] || !ok {
 			continue
 		}
-		path := string(bytes.TrimLeft(rest, " "))
-		dev, char, err := statDev(filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", start, end)), unix.S_IFCHR)
-		if err != nil && !errors.Is(err, unix.ENOENT) && !kernelNamed(path) {
-			dev, char, err = typedByPath(&root, strings.TrimSuffix(path, " (deleted)"), unix.S_IFCHR)
-			if err != nil && untyped == nil {
-				untyped = fmt.Errorf("ublk: mapping of %s not typed (map_files, then its path: %w)", path, err)
-			}
+		dev, char, ok, err := typeMapping(dir, &root, start, end, string(bytes.TrimLeft(rest, " ")), unix.S_IFCHR)
+		if err != nil && untyped == nil {
+			untyped = fmt.Errorf("ublk: %w", err)
 		}
-		if err == nil {
-			typed[key] = true
-		}
+		typed[key] = ok
 		if char && want[dev] && !slices.Contains(out, dev) {
 			out = append(out, dev)
 		}

@@ -682,25 +682,15 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 			if !ok {
 				continue
 			}
-			// map_files names the range without the zero padding maps has.
-			link := filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", start, end))
-			dev, block, err := statBlockDev(link)
-			if path := string(bytes.TrimLeft(rest, " ")); err != nil && !errors.Is(err, unix.ENOENT) {
-				// map_files not readable here: the path, from the cache only
-				if kernelNamed(path) {
-					err = nil // never a node
-				} else {
-					dev, block, err = typedByPath(&root, strings.TrimSuffix(path, " (deleted)"), unix.S_IFBLK)
-				}
-				if err != nil && untyped == nil {
-					// Not typed is not "no block device": a VMM's disk
-					// node in its own mount namespace, or unlinked, is
-					// not there to resolve, and the mapping holds it.
-					untyped = fmt.Errorf("mapping of %s not typed (map_files, then its path: %w)", path, err)
-				}
+			dev, block, typed, err := typeMapping(dir, &root, start, end, string(bytes.TrimLeft(rest, " ")), unix.S_IFBLK)
+			if err != nil && untyped == nil {
+				// Not typed is not "no block device": a VMM's disk node
+				// in its own mount namespace, or unlinked, is not there
+				// to resolve, and the mapping holds it.
+				untyped = err
 			}
 			m = mapped{dev, block}
-			if err == nil { // one unreadable now may be readable in another process
+			if typed { // one unreadable now may be readable in another process
 				cache.files[string(key)] = m
 			}
 		}
@@ -775,6 +765,30 @@ func (r *processRoot) close() {
 	if r.fd >= 0 {
 		unix.Close(r.fd)
 	}
+}
+
+// typeMapping types the mapping start-end of path, in the process whose
+// procfs directory is dir, as a device of the file type ifmt (S_IFBLK,
+// S_IFCHR) or not one: by its map_files link, or, where that cannot be
+// read here, by its path in the process's root (root), a path the kernel
+// named (a memfd, an anon_inode) never being a node. typed says whether
+// it was typed either way (a mapping gone since maps was read is not);
+// err says why it was not when neither way could read it.
+func typeMapping(dir string, root *processRoot, start, end uint64, path string, ifmt uint32) (dev DevNum, ok, typed bool, err error) {
+	// map_files names the range without the zero padding maps has.
+	dev, ok, err = statDev(filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", start, end)), ifmt)
+	switch {
+	case err == nil:
+		return dev, ok, true, nil
+	case errors.Is(err, unix.ENOENT):
+		return DevNum{}, false, false, nil
+	case kernelNamed(path):
+		return DevNum{}, false, true, nil
+	}
+	if dev, ok, err = typedByPath(root, strings.TrimSuffix(path, " (deleted)"), ifmt); err != nil {
+		return DevNum{}, false, false, fmt.Errorf("mapping of %s not typed (map_files, then its path: %w)", path, err)
+	}
+	return dev, ok, true, nil
 }
 
 // kernelNamed reports whether a maps path is one the kernel makes up for a
