@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -172,3 +174,52 @@ func pollExit(fd, timeoutMs int) (bool, error) {
 // Close releases the pidfd; calls in progress finish first. Closing twice
 // is not an error.
 func (p *Process) Close() error { return p.h.close() }
+
+// Discards reports whether the kernel would discard sig sent to the process now, never
+// delivering it: the process is the init of its PID namespace (the last of its NSpid is 1)
+// and has no handler for sig, which it neither blocks nor is traced for. The kernel drops
+// such a signal (SIGNAL_UNKILLABLE), sent from any namespace, but SIGKILL and SIGSTOP from
+// an ancestor's; SIGCONT continues it all the same. Signals it ignores (SIG_IGN) are not
+// said to be discarded: any process ignores those by its own choice. A process that has
+// exited, or whose status cannot be read, is not said to discard anything.
+func (p *Process) Discards(sig syscall.Signal) (bool, error) {
+	if sig == syscall.SIGKILL || sig == syscall.SIGSTOP || sig == syscall.SIGCONT || sig < 1 || sig > 64 {
+		return false, nil
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
+	if err != nil {
+		return false, fmt.Errorf("status of pid %d: %w", p.pid, err)
+	}
+	// Read by PID: the status is this process's only if it had not exited by then, and
+	// one alive after the read was alive during it (a zombie's PID is not reused either).
+	if p.Exited() {
+		return false, nil
+	}
+	return discards(string(data), sig)
+}
+
+// discards reports whether a process whose /proc/PID/status is status has the kernel
+// discard sig (see Process.Discards).
+func discards(status string, sig syscall.Signal) (bool, error) {
+	fields := map[string]string{}
+	for line := range strings.Lines(status) {
+		if name, value, ok := strings.Cut(line, ":"); ok {
+			fields[name] = strings.TrimSpace(value)
+		}
+	}
+	nspids := strings.Fields(fields["NSpid"])
+	if len(nspids) == 0 || nspids[len(nspids)-1] != "1" || fields["TracerPid"] != "0" {
+		return false, nil
+	}
+	bit := uint64(1) << (sig - 1)
+	for _, name := range []string{"SigBlk", "SigCgt"} {
+		mask, err := strconv.ParseUint(fields[name], 16, 64)
+		if err != nil {
+			return false, fmt.Errorf("status %s: %w", name, err)
+		}
+		if mask&bit != 0 { // blocked: pending until a handler may take it; caught: delivered
+			return false, nil
+		}
+	}
+	return true, nil
+}

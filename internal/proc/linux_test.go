@@ -136,3 +136,14 @@ func TestDupHoldsTheChildOsExecMade(t *testing.T) {
 	_, err = proc.Dup(done.Process)
 	assert.ErrorIs(t, err, os.ErrProcessDone, "waited for: its pidfd is closed")
 }
+
+// A process that is no namespace's init gets every signal: a plain child does not discard
+// SIGTERM.
+func TestChildThatIsNoNamespaceInitDiscardsNothing(t *testing.T) {
+	p, err := proc.Open(sleeper(t).Process.Pid)
+	require.NoError(t, err)
+	defer p.Close()
+	got, err := p.Discards(syscall.SIGTERM)
+	require.NoError(t, err)
+	assert.False(t, got)
+}

@@ -40,3 +40,6 @@ func (p *Process) Wait(context.Context) error { return errUnsupported }
 
 // Close does nothing on this system.
 func (p *Process) Close() error { return nil }
+
+// Discards is not supported on this system.
+func (p *Process) Discards(syscall.Signal) (bool, error) { return false, errUnsupported }

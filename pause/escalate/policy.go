@@ -162,7 +162,9 @@ type Policy struct {
 // gets SIGKILL when the wait after the signal ends. A first signal that
 // fails to go out is sent again every 100 ms until the wait after the
 // signal ends, unless the failure is for good (EPERM, EINVAL,
-// errors.ErrUnsupported): before, a target that never got it was SIGKILLed
+// errors.ErrUnsupported, or a signal Cmd's child never gets: the init of
+// its PID namespace, with no handler for it, whose signals the kernel
+// discards): before, a target that never got it was SIGKILLed
 // at once. A Signal error matching ECHILD (the
 // signalling command's status was stolen the same way) may have been
 // delivered: the wait after the signal is kept. A SIGKILL that fails for a
@@ -373,7 +375,7 @@ func later(a, b time.Time) time.Time {
 // the signal that saves it would otherwise be SIGKILLed at once. Each send
 // ends by until (or killSendWait after it began, if that is later). A send
 // the target refuses for good (EPERM, EINVAL, a Target that cannot
-// signal) is not tried again; nor is one that was delivered with its
+// signal), or that the kernel discarded (errDiscarded), is not tried again; nor is one that was delivered with its
 // status stolen (ECHILD), nor one that found the target gone. The error
 // names the signal and, when it was sent more than once, how often.
 func signalUntil(ctx context.Context, t Target, sig syscall.Signal, until *end) error {
@@ -420,7 +422,7 @@ func sendError(sig string, tries int, err error) error {
 // sendAgain reports whether a failed send may succeed if tried again.
 func sendAgain(err error) bool {
 	for _, final := range []error{os.ErrProcessDone, syscall.ESRCH, syscall.ECHILD, syscall.EPERM, syscall.EINVAL,
-		errors.ErrUnsupported, errNotStarted} {
+		errors.ErrUnsupported, errNotStarted, errDiscarded} {
 		if errors.Is(err, final) {
 			return false
 		}
@@ -556,7 +558,14 @@ func (f Funcs) Exited(ctx context.Context) (bool, error) {
 // instead, from the pidfd (a zombie counts as exited). A child that had
 // exited before the first signal, reaped or not (Cmd reaps only from Wait,
 // so a child that crashed before the drain is a zombie until then), never
-// gets it: Signal returns os.ErrProcessDone and Policy.Stop says Gone. One
+// gets it: Signal returns os.ErrProcessDone and Policy.Stop says Gone. A
+// child that is the init of its PID namespace (started with CLONE_NEWPID: a
+// sandbox's init) never gets a signal it has no handler for, neither
+// blocking it nor traced (but SIGKILL, SIGSTOP and SIGCONT): the kernel
+// discards it, and Signal, having sent it, says so, read before and after
+// the send from /proc/PID/status; Policy.Stop then sends SIGKILL at once,
+// where it waited the whole wait after the signal for a target that never
+// got it (ExitedAfterKill, its error saying why). One
 // that exits on its own in the instant between that check and the send (a
 // few microseconds) takes the signal as a zombie, with success, and reads
 // as one that got it (Exited), as one that exits on its own just after
@@ -606,13 +615,30 @@ func (t *cmdTarget) Signal(_ context.Context, sig syscall.Signal) error {
 			t.reap()
 			return os.ErrProcessDone
 		}
+		discarded, _ := t.p.Discards(sig)
 		err := t.p.Signal(sig)
 		if errors.Is(err, proc.ErrClosed) { // Wait reaped it meanwhile
 			return os.ErrProcessDone
 		}
+		if err == nil && discarded {
+			return t.discarded(sig)
+		}
 		return err
 	}
 	return t.c.Process.Signal(sig)
+}
+
+// errDiscarded is the error of a signal the kernel discarded: sent, never delivered.
+var errDiscarded = errors.New("the kernel discarded it, never delivered")
+
+// discarded returns errDiscarded, naming the child, if the kernel discards sig, just
+// sent, as it did before the send: one that installed its handler between the two reads
+// may have got it (nil).
+func (t *cmdTarget) discarded(sig syscall.Signal) error {
+	if still, _ := t.p.Discards(sig); !still {
+		return nil
+	}
+	return fmt.Errorf("%w: the target (pid %d) is the init of its PID namespace, with no handler for it", errDiscarded, t.p.Pid())
 }
 
 // reaped reports whether the child has been reaped.
