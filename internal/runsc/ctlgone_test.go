@@ -75,3 +75,26 @@ func TestCheckpointWhoseCallNeverReachedTheSandboxIsStopped(t *testing.T) {
 	assert.NotErrorIs(t, err, ErrStopped, "its sandbox process runs: nothing says it stopped")
 	assert.ErrorIs(t, err, ErrNotReached, "no save began (row 1782: said at once, not after StopWait)")
 }
+
+// A checkpoint whose image directory cannot be made (a read-only or full images volume)
+// never runs runsc: no save began, so none can have stopped the container. Its error was
+// the mkdir's alone, which the examples' Runsc.Pause took for a checkpoint that failed: a
+// sandbox found stopped after it, dead on its own, was called lost by it. It now says
+// what a call that never reached the sandbox says: stopped (ErrStopped), or not reached
+// (ErrNotReached).
+func TestCheckpointWhoseImageDirectoryCannotBeMadeSaysWhetherTheContainerStopped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	notADir := filepath.Join(t.TempDir(), "images")
+	require.NoError(t, os.WriteFile(notADir, nil, 0o600))
+	imageDir := filepath.Join(notADir, "sb")
+
+	err := fakeRuntime(t, "exited:stopped").Checkpoint(ctx, "sb", imageDir)
+	require.ErrorIs(t, err, ErrStopped, "the container had stopped: %v", err)
+	assert.ErrorContains(t, err, "making its image directory")
+
+	err = fakeRuntime(t, "running").Checkpoint(ctx, "sb", imageDir) // runsc state: running
+	require.ErrorIs(t, err, ErrNotReached, "no save began: %v", err)
+	assert.ErrorContains(t, err, "its container is not stopped")
+	assert.NotErrorIs(t, err, ErrStopped)
+}

@@ -29,7 +29,7 @@ var ErrNotExist = errors.New("runsc: container does not exist")
 
 // ErrNotReached is wrapped by the error of [Runtime.Checkpoint] whose call never reached
 // the sandbox (its control server refused the connection, or closed it with the call
-// unread) while its container was not seen stopped: no save began, so none stopped
+// unread; or runsc never ran: [Runtime.NotBegun]) while its container was not seen stopped: no save began, so none stopped
 // it; it runs, or its process is still ending (its workload's exit, a kill), which a
 // checkpoint tried again tells (ErrStopped).
 var ErrNotReached = errors.New("runsc: the checkpoint's call never reached the sandbox: no save began")
@@ -177,7 +177,7 @@ func (r *Runtime) CheckpointImage(ctx context.Context, id, imageDir string) erro
 // CheckpointImage, which does not.
 func (r *Runtime) checkpoint(ctx context.Context, id, imageDir string, awaitMade bool) error {
 	if err := os.MkdirAll(imageDir, 0o700); err != nil {
-		return fmt.Errorf("runsc checkpoint %s: %w", id, err)
+		return r.NotBegun(ctx, id, fmt.Errorf("runsc checkpoint %s not started: making its image directory: %w", id, err))
 	}
 	_, msg, err := r.outputs(ctx, id, "checkpoint", "--image-path="+imageDir, id)
 	if err == nil {
@@ -205,14 +205,7 @@ func (r *Runtime) checkpoint(ctx context.Context, id, imageDir string, awaitMade
 		// Only the container stopped says it ended. It is looked at once: waited for
 		// (up to StopWait), a sandbox that runs on held its caller whatever its
 		// deadline, and a drain's escalation with it (row 1782). A retry tells.
-		stopped, serr := r.Exited(ctx, id)
-		switch {
-		case stopped:
-			return fmt.Errorf("%w: %w: its sandbox process ended before it read the checkpoint's call", err, ErrStopped)
-		case serr != nil:
-			return fmt.Errorf("%w: %w; and its state cannot say whether it stopped: %w", err, ErrNotReached, serr)
-		}
-		return fmt.Errorf("%w: %w; its container is not stopped: it runs, or is still ending", err, ErrNotReached)
+		return r.notBegun(ctx, id, err, "its sandbox process ended before it read the checkpoint's call")
 	}
 	killed := killedBySignal(ctx, err)
 	if !errors.Is(err, ErrStatusLost) && !killed || len(bytes.TrimSpace(msg)) > 0 {
@@ -226,6 +219,29 @@ func (r *Runtime) checkpoint(ctx context.Context, id, imageDir string, awaitMade
 			"taken for a save that failed for want of it (no space left on device)", err)
 	}
 	return nil
+}
+
+// NotBegun is the error of a checkpoint of container id that failed (err) before runsc
+// was run (its image directory could not be made or cleared: a read-only or full images
+// volume), so before any save began, which could have stopped the container. The
+// container is looked at once: stopped, it ended on its own (its workload's exit, the OOM
+// killer) and the error wraps ErrStopped; otherwise ErrNotReached, for a retry to tell.
+// Taken for a checkpoint that failed, a sandbox that then died on its own was called
+// lost by it, or, never looked at, listed running though dead.
+func (r *Runtime) NotBegun(ctx context.Context, id string, err error) error {
+	return r.notBegun(ctx, id, err, "it had stopped before its checkpoint began")
+}
+
+// notBegun is NotBegun, which says stopped of a stopped container.
+func (r *Runtime) notBegun(ctx context.Context, id string, err error, stopped string) error {
+	exited, serr := r.Exited(ctx, id)
+	switch {
+	case exited:
+		return fmt.Errorf("%w: %w: %s", err, ErrStopped, stopped)
+	case serr != nil:
+		return fmt.Errorf("%w: %w; and its state cannot say whether it stopped: %w", err, ErrNotReached, serr)
+	}
+	return fmt.Errorf("%w: %w; its container is not stopped: it runs, or is still ending", err, ErrNotReached)
 }
 
 // callUnread is runsc's failure of a checkpoint whose call the sandbox process closed

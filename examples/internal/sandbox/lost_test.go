@@ -160,3 +160,50 @@ func TestSandboxLostByItsClientsPauseDuringADrainIsCountedLost(t *testing.T) {
 		assert.Empty(t, n.List())
 	})
 }
+
+// Fault (a review of a checkpoint into a read-only images volume: ext4's
+// errors=remount-ro after a disk error): Pause first removes the sandbox's last image,
+// and a read-only volume refuses even the removal of what is not there (unlinkat:
+// EROFS). No checkpoint began, and Pause returned that error as it was, never asking
+// whether the sandbox still ran: one that had died on its own (its workload exited, the
+// OOM killer) was listed running again by every retry, its timeout armed, and the drain
+// counted it failed, not vanished. Pause now asks runsc, as for a checkpoint whose call
+// never reached the sandbox.
+//
+//	images volume read-only -> Pause: EROFS, no save began, the sandbox runs
+//	  -> the sandbox dies on its own -> Pause: died (pause.ErrGone), never listed running
+func TestSandboxDeadBeforeACheckpointOnAReadOnlyVolumeIsDiedNotListedRunning(t *testing.T) {
+	n, rt, _ := newRunscNode(t)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := runningCounter(t, ctx, n, rt)
+	alive := runningCounter(t, ctx, n, rt)
+	images := filepath.Join(rt.Dir, "images")
+	require.NoError(t, os.MkdirAll(images, 0o700))
+	if err := syscall.Mount("tmpfs", images, "tmpfs", syscall.MS_RDONLY, "size=1m"); err != nil {
+		realpart.Missing(t, "skipping: mounting a read-only images volume needs root: "+err.Error())
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(images, syscall.MNT_DETACH) })
+
+	_, err := n.Pause(ctx, a.ID)
+	t.Logf("running: %v", err)
+	require.ErrorIs(t, err, syscall.EROFS)
+	require.NotErrorIs(t, err, ErrLost)
+	st, err := rt.Runtime.State(ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, "running", st.Status, "no save began: the sandbox runs")
+
+	killSandbox(t, rt, a.ID)
+	_, err = n.Pause(ctx, a.ID)
+	t.Logf("dead: %v", err)
+	assert.NotErrorIs(t, err, ErrLost, "no checkpoint ran that could have stopped it")
+	assert.ErrorIs(t, err, ErrDied)
+	assert.ErrorIs(t, err, pause.ErrGone, "a drain counts it vanished")
+	// Its remains cannot be removed from a read-only volume: listed died, for a delete.
+	assert.ElementsMatch(t, []Info{alive, {ID: a.ID, State: Died, TimeoutS: 3600}}, n.List(), "the dead sandbox is listed running")
+	sbs, err := n.Running(ctx)
+	require.NoError(t, err)
+	require.Len(t, sbs, 1, "a drain lists the dead sandbox for a checkpoint")
+	assert.Equal(t, alive.ID, sbs[0].ID())
+}

@@ -435,9 +435,10 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 // removed. A checkpoint that failed with the sandbox still running (runsc could not reach
 // it) fails Pause as any other error, and a later Pause that finds the sandbox stopped
 // calls it lost too, not died: the failed checkpoint may be what stopped it. One whose
-// call never reached the sandbox (runsc.ErrNotReached: no save began) is not such a
-// failure: Pause fails at once, and a later Pause that finds the sandbox stopped calls
-// it died.
+// call never reached the sandbox (runsc.ErrNotReached: no save began), or that never ran
+// runsc (its last image could not be removed, or its image directory made: a read-only
+// images volume), is not such a failure: Pause fails at once, and a Pause that finds the
+// sandbox stopped then calls it died, where one that never ran runsc listed it running.
 //
 // After SpareOnFullVolume, once a checkpoint failed for want of space on the images
 // volume, no checkpoint starts while the volume has no more free space than that one
@@ -456,7 +457,13 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 	}
 	image := r.Image(id)
 	if err := os.RemoveAll(image); err != nil {
-		return "", err
+		// A read-only images volume refuses even the removal of what is not there: no
+		// checkpoint begins, and whether the sandbox still runs is asked, as for one
+		// whose image directory cannot be made (runsc.Runtime.NotBegun). Returned as it
+		// was, a sandbox that had died was listed running by every retry.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return "", r.notStarted(ctx, id, r.Runtime.NotBegun(sctx, id, fmt.Errorf("not started: removing its last image: %w", err)))
 	}
 	free, known := freeSpace(filepath.Dir(image))
 	if full := r.noSpace(); full != nil && known && free <= full.free && r.spare.Load() {
@@ -472,17 +479,8 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		if known && strings.Contains(err.Error(), "no space left on device") {
 			r.setNoSpace(free, err)
 		}
-		if errors.Is(err, runsc.ErrStopped) {
-			if earlier := r.failedCheckpoint(id); earlier != nil {
-				return "", r.lost(id, fmt.Errorf("found stopped after a checkpoint of it had failed (%w): %w", earlier, err))
-			}
-			return "", r.died(ctx, id, err)
-		}
-		if errors.Is(err, runsc.ErrNotReached) {
-			// No save began, so none can have stopped it: not a failed checkpoint,
-			// which would call its stop at a retry a loss. It runs, or is ending;
-			// a retry tells (row 1782).
-			return "", fmt.Errorf("runsc checkpoint %s: %w; log %s", id, err, r.log(id))
+		if errors.Is(err, runsc.ErrStopped) || errors.Is(err, runsc.ErrNotReached) {
+			return "", r.notStarted(ctx, id, err)
 		}
 		return "", r.checkpointFailed(ctx, id, err)
 	}
@@ -510,6 +508,22 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		return image, backoff.Permanent(fmt.Errorf("runsc checkpoint %s: %w: %w", id, ErrUnverified, unread))
 	}
 	return image, nil
+}
+
+// notStarted is Pause's error for sandbox id, whose checkpoint runsc found stopped before
+// it began, or that no save began of (err: runsc.ErrStopped, runsc.ErrNotReached). Stopped,
+// it died (ErrDied), unless an earlier checkpoint of it failed, which may be what stopped
+// it: then it is lost. Not reached, it runs or is ending: no save began, so none can have
+// stopped it, and the failure is not remembered as a failed checkpoint, which would call
+// its stop at a retry a loss; a retry tells (row 1782).
+func (r *Runsc) notStarted(ctx context.Context, id string, err error) error {
+	if errors.Is(err, runsc.ErrNotReached) {
+		return fmt.Errorf("runsc checkpoint %s: %w; log %s", id, err, r.log(id))
+	}
+	if earlier := r.failedCheckpoint(id); earlier != nil {
+		return r.lost(id, fmt.Errorf("found stopped after a checkpoint of it had failed (%w): %w", earlier, err))
+	}
+	return r.died(ctx, id, err)
 }
 
 // ErrUnverified is wrapped by the (permanent) error of Runsc.Pause whose checkpoint was
