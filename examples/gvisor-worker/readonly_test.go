@@ -1,0 +1,62 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/internal/realpart"
+)
+
+// Fault (a measurement of real runsc on a read-only image directory): on a read-only
+// images volume (ext4's errors=remount-ro after a disk error, a hostPath remounted
+// read-only) no checkpoint can begin: Pause fails in milliseconds, the sandbox running.
+// The Preserver took that for a passing failure and tried again, for the whole preserve
+// phase, so the sandbox got its SIGTERM only at the phase's deadline, with the escalate
+// step's reserve left for its actor to save itself, where the time before was there for
+// it. A volume that is read-only stays so through a drain: the failure is for good, and
+// the sandbox is signalled as soon as the Preserver has given up.
+//
+//	0          the drain begins; the images volume is read-only
+//	+0.0x s    the checkpoint fails: EROFS, the sandbox runs
+//	           (before: tried again until the preserve deadline, +4.5 s)
+//	soon after SIGTERM, while most of the grace is left
+func TestSandboxesOnAReadOnlyImagesVolumeAreSignalledAtOnce(t *testing.T) {
+	cfg := runscConfig(t)
+	cfg.Grace = earlyGrace // preserve deadline +4.5 s
+	cfg.Concurrency = 1
+	w, _, stop, d, ids := slowWorker(t, cfg, 1)
+	id := ids[0]
+	images := filepath.Dir(w.rt.(*sandbox.Runsc).Image(id))
+	require.NoError(t, os.MkdirAll(images, 0o700))
+	if err := syscall.Mount("tmpfs", images, "tmpfs", syscall.MS_RDONLY, "size=1m"); err != nil {
+		realpart.Missing(t, "skipping: mounting a read-only images volume needs root: "+err.Error())
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(images, syscall.MNT_DETACH) })
+
+	rep := stop() // as SIGTERM would
+	lines := d.calls(rep.Start)
+	require.NotNil(t, rep.Preserve)
+	require.Len(t, rep.Preserve.Entries, 1)
+	e := rep.Preserve.Entries[0]
+	esc := rep.Phase("escalate")
+	require.NotNil(t, esc)
+	pre := rep.Phase(drain.PhasePreserve)
+	t.Logf("entry %s after %d attempts, ended +%v: %s", e.Outcome, e.Attempts, e.End.Sub(rep.Start).Round(time.Millisecond), e.Error)
+	t.Logf("preserve phase ended +%v (deadline +%v); escalate step +%v to +%v: %s %s",
+		pre.End.Sub(rep.Start).Round(time.Millisecond), pre.Deadline.Sub(rep.Start).Round(time.Millisecond),
+		esc.Start.Sub(rep.Start).Round(time.Millisecond), esc.Deadline.Sub(rep.Start).Round(time.Millisecond), esc.Result, esc.Error)
+	assert.Contains(t, e.Error, "read-only file system", "the Report names why")
+	assert.Equal(t, 1, e.Attempts, "a checkpoint that cannot begin on a read-only volume was tried again")
+	require.Contains(t, lines, "kill "+id+" 15", "no SIGTERM")
+	assert.True(t, pre.End.Before(pre.Deadline), "the preserve phase held the sandbox to its deadline, +%v",
+		pre.End.Sub(rep.Start).Round(time.Millisecond))
+	assert.Equal(t, drain.OK, esc.Result, "the sandbox did not end on its SIGTERM in the time left: %s", esc.Error)
+}
