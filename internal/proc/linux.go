@@ -186,9 +186,13 @@ func (p *Process) Discards(sig syscall.Signal) (bool, error) {
 	if sig == syscall.SIGKILL || sig == syscall.SIGSTOP || sig == syscall.SIGCONT || sig < 1 || sig > 64 {
 		return false, nil
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
+	pid, err := p.procPid()
+	if err != nil || pid <= 0 { // exited, or not in /proc's PID namespace: nothing to say
+		return false, err
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return false, fmt.Errorf("status of pid %d: %w", p.pid, err)
+		return false, fmt.Errorf("status of pid %d: %w", pid, err)
 	}
 	// Read by PID: the status is this process's only if it had not exited by then, and
 	// one alive after the read was alive during it (a zombie's PID is not reused either).
@@ -196,6 +200,29 @@ func (p *Process) Discards(sig syscall.Signal) (bool, error) {
 		return false, nil
 	}
 	return discards(string(data), sig)
+}
+
+// procPid returns the process's PID in the PID namespace of the /proc mounted here, from
+// its pidfd's fdinfo, which that /proc writes: p.pid is the PID in the caller's namespace,
+// which names another process in a /proc of another namespace (a server that entered a
+// PID namespace of its own and kept its parent's /proc). Zero when the process is not in
+// that namespace, or the kernel does not say; negative once it has exited.
+func (p *Process) procPid() (int, error) {
+	p.h.mu.RLock()
+	defer p.h.mu.RUnlock()
+	if p.h.closed {
+		return 0, ErrClosed
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", p.h.fd))
+	if err != nil {
+		return 0, fmt.Errorf("fdinfo of the pidfd of pid %d: %w", p.pid, err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if value, ok := strings.CutPrefix(line, "Pid:"); ok {
+			return strconv.Atoi(strings.TrimSpace(value))
+		}
+	}
+	return 0, nil
 }
 
 // discards reports whether a process whose /proc/PID/status is status has the kernel
