@@ -29,9 +29,9 @@ var ErrNotExist = errors.New("runsc: container does not exist")
 
 // ErrNotReached is wrapped by the error of [Runtime.Checkpoint] whose call never reached
 // the sandbox (its control server refused the connection, or closed it with the call
-// unread; or runsc never ran: [Runtime.NotBegun]) while its container was not seen stopped: no save began, so none stopped
-// it; it runs, or its process is still ending (its workload's exit, a kill), which a
-// checkpoint tried again tells (ErrStopped).
+// unread; or runsc never ran: [Runtime.NotBegun]) while its container was not seen
+// stopped: no save began, so none stopped it; it runs, or its process is still ending
+// (its workload's exit, a kill), which a checkpoint tried again tells (ErrStopped).
 var ErrNotReached = errors.New("runsc: the checkpoint's call never reached the sandbox: no save began")
 
 // ErrStopped is wrapped by the error of a command that needs a running container (runsc

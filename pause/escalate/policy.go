@@ -375,9 +375,10 @@ func later(a, b time.Time) time.Time {
 // the signal that saves it would otherwise be SIGKILLed at once. Each send
 // ends by until (or killSendWait after it began, if that is later). A send
 // the target refuses for good (EPERM, EINVAL, a Target that cannot
-// signal), or that the kernel discarded (errDiscarded), is not tried again; nor is one that was delivered with its
-// status stolen (ECHILD), nor one that found the target gone. The error
-// names the signal and, when it was sent more than once, how often.
+// signal), or that the kernel discarded (errDiscarded), is not tried
+// again; nor is one that was delivered with its status stolen (ECHILD),
+// nor one that found the target gone. The error names the signal and,
+// when it was sent more than once, how often.
 func signalUntil(ctx context.Context, t Target, sig syscall.Signal, until *end) error {
 	send := func() error {
 		// A send that hangs (a `runsc kill` whose sandbox's control server never
