@@ -139,7 +139,9 @@ type Config struct {
 	NoControl bool
 
 	// ControlPath is the control device of the fallback; "" means
-	// "/dev/ublk-control".
+	// "/dev/ublk-control". A command for a device added with
+	// UBLK_F_UNPRIVILEGED_DEV names its char device in the same
+	// directory (/dev/ublkcN), which the driver asks of such a device.
 	ControlPath string
 
 	// Logger receives the step's progress; nil discards it.

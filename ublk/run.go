@@ -1885,8 +1885,7 @@ func (r *run) toldAside(id int, why string) {
 // the next server to recover it, which STOP_DEV or DEL_DEV would destroy
 // ("" when it is not): its state is QUIESCED or FAIL_IO (info, read now;
 // infoErr its error), it has UBLK_F_USER_RECOVERY (info, or an earlier
-// read), or its flags are not known (GET_DEV_INFO failed each time: the
-// driver refuses it for a device added with UBLK_F_UNPRIVILEGED_DEV) and
+// read), or its flags are not known (GET_DEV_INFO failed each time) and
 // its disk is still there. A disk the kernel keeps when its daemon dies
 // is a recovery device's; one without UBLK_F_USER_RECOVERY is stopped,
 // DEAD, which no server recovers, and is deleted.

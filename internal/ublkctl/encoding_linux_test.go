@@ -4,6 +4,7 @@ package ublkctl
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -27,14 +28,20 @@ type fakeKernel struct {
 	stopped    bool       // STOP_DEV reached that device
 	hangStop   bool       // STOP_DEV never answers (a hung daemon holds I/O)
 	allAnswers unix.Errno // when set, the answer to every command (EPERM: not CAP_SYS_ADMIN)
-	sent       []uint32
+	// unprivileged: its device was added with UBLK_F_UNPRIVILEGED_DEV, so
+	// a command for it that does not name its char device (dev_path_len
+	// 0) gets EINVAL, and one naming another node EPERM
+	// (ublk_ctrl_uring_cmd_permission).
+	unprivileged bool
+	sent         []uint32
+	paths        []string // the char device each command named ("" for none)
 }
 
 // control returns a Control whose commands go to k.
 func (k *fakeKernel) control() *Control {
 	c := &Control{pending: map[uint64][]byte{}}
-	c.send = func(ctx context.Context, op uint32, id int, _ []byte) (int32, error) {
-		k.sent = append(k.sent, op)
+	c.send = func(ctx context.Context, op uint32, id int, _ []byte, charDev string) (int32, error) {
+		k.sent, k.paths = append(k.sent, op), append(k.paths, charDev)
 		if k.allAnswers != 0 {
 			return -int32(k.allAnswers), nil
 		}
@@ -49,6 +56,12 @@ func (k *fakeKernel) control() *Control {
 				return -int32(unix.ENODEV), nil
 			}
 			return -int32(unix.EINVAL), nil
+		}
+		switch {
+		case k.unprivileged && charDev == "":
+			return -int32(unix.EINVAL), nil
+		case k.unprivileged && charDev != fmt.Sprintf("/dev/ublkc%d", k.dev):
+			return -int32(unix.EPERM), nil
 		}
 		if plainOp(op) == plainOp(cmdStopDev) {
 			k.stopped = true
@@ -159,4 +172,34 @@ func TestUsePlainNumbersSendsThemAlone(t *testing.T) {
 	c.UsePlainNumbers()
 	require.NoError(t, c.StopDev(t.Context(), 3))
 	assert.Equal(t, []uint32{0x07}, k.sent)
+}
+
+// A device added with UBLK_F_UNPRIVILEGED_DEV (its ublkcN and ublkbN
+// owned by a user) takes a control command only with its char device's
+// path in the command (dev_path_len, the path at addr), from root too;
+// without it the driver answers EINVAL, before it looks at the command.
+// The Control sends the command again naming /dev/ublkcN, beside the
+// control device it opened. Before, GET_DEV_INFO, STOP_DEV and DEL_DEV
+// all failed EINVAL: a hung daemon's unprivileged device could not be
+// stopped, so the step could never kill the daemon safely.
+func TestCommandsToAnUnprivilegedDeviceNameItsCharDevice(t *testing.T) {
+	k := &fakeKernel{plain: true, encoded: true, lookFirst: true, dev: 3, unprivileged: true}
+	c := k.control()
+	c.charDir = "/dev"
+	_, err := c.DevInfo(t.Context(), 3)
+	require.NoError(t, err)
+	require.NoError(t, c.StopDev(t.Context(), 3))
+	assert.True(t, k.stopped, "STOP_DEV reached the device")
+	require.NoError(t, c.DelDev(t.Context(), 3))
+	assert.Equal(t, []uint32{cmdGetDevInfo, cmdGetDevInfo, cmdStopDev, cmdStopDev, cmdDelDev, cmdDelDev}, k.sent)
+	assert.Equal(t, []string{"", "/dev/ublkc3", "", "/dev/ublkc3", "", "/dev/ublkc3"}, k.paths,
+		"each command sent without the path first: a privileged device's GET_DEV_INFO would write its answer over a path")
+
+	k = &fakeKernel{plain: true, encoded: true, lookFirst: true, dev: 3, unprivileged: true}
+	c = k.control()
+	c.charDir = "/elsewhere"
+	err = c.StopDev(t.Context(), 3)
+	require.ErrorIs(t, err, unix.EPERM, "a node that is not the device's")
+	assert.ErrorContains(t, err, "ublk: STOP_DEV dev 3 (naming /elsewhere/ublkc3: UBLK_F_UNPRIVILEGED_DEV): operation not permitted")
+	assert.ErrorContains(t, err, "without it: invalid argument")
 }

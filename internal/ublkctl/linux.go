@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"unsafe"
 
@@ -46,14 +48,28 @@ import (
 // command's own errors are not retried, nor ENODEV once the encoded
 // numbers are known. Errors name the plain number when that answered,
 // and both numbers and answers when both were refused.
+//
+// A device added with UBLK_F_UNPRIVILEGED_DEV (a user's server, 6.5 on)
+// takes a command only when it names the device's char device: its path
+// at addr before the command's own buffer, dev_path_len its length. The
+// driver answers one that does not EINVAL, from root too, before it reads
+// the command; a command so answered goes once more naming ublkcN in the
+// control device's directory (/dev/ublkcN), and the error of one refused
+// then names that path. The driver asks no path of the other devices, and
+// writes GET_DEV_INFO's answer where a path would be, so none is sent
+// first.
 type Control struct {
 	f    *os.File
 	ring *uring.Ring
 	// send sends a command with number op and returns the kernel's
 	// answer (the completion's result); err is a command not answered
-	// (not submitted, or ctx ended). Open sets the ring's; nil once
-	// closed.
-	send func(ctx context.Context, op uint32, id int, buf []byte) (res int32, err error)
+	// (not submitted, or ctx ended). charDev, when not empty, is the
+	// device's char device path the command names (dev_path_len, the
+	// path at addr before buf). Open sets the ring's; nil once closed.
+	send func(ctx context.Context, op uint32, id int, buf []byte, charDev string) (res int32, err error)
+	// charDir is the directory of the devices' char device nodes
+	// (ublkcN): the control device's.
+	charDir string
 
 	mu      sync.Mutex
 	seq     uint64
@@ -80,7 +96,7 @@ func Open(path string) (*Control, error) {
 		f.Close()
 		return nil, fmt.Errorf("ublk: control ring: %w", err)
 	}
-	c := &Control{f: f, ring: ring, pending: map[uint64][]byte{}}
+	c := &Control{f: f, ring: ring, pending: map[uint64][]byte{}, charDir: filepath.Dir(path)}
 	c.send = c.submit
 	return c, nil
 }
@@ -177,7 +193,10 @@ func (c *Control) try(ctx context.Context, op, cmd uint32, id int, buf []byte) (
 	if op != cmd {
 		what += fmt.Sprintf(" (plain 0x%02x)", op)
 	}
-	res, err := c.send(ctx, op, id, buf)
+	res, err := c.send(ctx, op, id, buf, "")
+	if err == nil && res == -int32(unix.EINVAL) && c.charDir != "" {
+		return c.tryNamingCharDev(ctx, op, what, id, buf)
+	}
 	if err != nil {
 		return errNoAnswer, fmt.Errorf("%s: %w", what, err)
 	}
@@ -187,17 +206,46 @@ func (c *Control) try(ctx context.Context, op, cmd uint32, id int, buf []byte) (
 	return unix.Errno(-res), fmt.Errorf("%s: %w", what, unix.Errno(-res))
 }
 
+// tryNamingCharDev sends op again naming device id's char device
+// (/dev/ublkcN, beside the control device), after the kernel answered it
+// EINVAL without: a device added with UBLK_F_UNPRIVILEGED_DEV (6.5 on)
+// takes no control command that does not name it, from root too, and
+// the driver refuses one so before it reads the command. The command
+// goes without the path first because a privileged device's ignores it
+// and would write GET_DEV_INFO's answer where the path is. An EINVAL
+// again is the command's own: the first answer stands.
+func (c *Control) tryNamingCharDev(ctx context.Context, op uint32, what string, id int, buf []byte) (answer, err error) {
+	charDev := filepath.Join(c.charDir, "ublkc"+strconv.Itoa(id))
+	res, err := c.send(ctx, op, id, buf, charDev)
+	named := what + " (naming " + charDev + ": UBLK_F_UNPRIVILEGED_DEV)"
+	switch {
+	case err != nil:
+		return errNoAnswer, fmt.Errorf("%s: %w", named, err)
+	case res >= 0:
+		return nil, nil
+	case res == -int32(unix.EINVAL):
+		return unix.EINVAL, fmt.Errorf("%s: %w", what, unix.EINVAL)
+	}
+	return unix.Errno(-res), fmt.Errorf("%s: %w (without it: %w)", named, unix.Errno(-res), unix.EINVAL)
+}
+
 // submit sends one command on the ring and waits for its completion
-// until ctx ends.
-func (c *Control) submit(ctx context.Context, op uint32, id int, buf []byte) (int32, error) {
+// until ctx ends. A command naming charDev carries the path, then buf,
+// at addr (the driver takes the path off before the command reads buf);
+// buf gets what the kernel wrote after the path.
+func (c *Control) submit(ctx context.Context, op uint32, id int, buf []byte, charDev string) (int32, error) {
 	c.seq++
 	tag := c.seq
-	var addr uint64
-	if len(buf) > 0 {
-		addr = uint64(uintptr(unsafe.Pointer(&buf[0])))
-		c.pending[tag] = buf
+	payload := buf
+	if charDev != "" {
+		payload = append([]byte(charDev), buf...)
 	}
-	cmd := encodeCtrlCmd(uint32(id), addr, uint16(len(buf)), 0)
+	var addr uint64
+	if len(payload) > 0 {
+		addr = uint64(uintptr(unsafe.Pointer(&payload[0])))
+		c.pending[tag] = payload
+	}
+	cmd := encodeCtrlCmd(uint32(id), addr, uint16(len(payload)), 0, uint16(len(charDev)))
 	if _, err := c.ring.Submit(uring.URingCmd(int(c.f.Fd()), op, cmd, tag)); err != nil {
 		delete(c.pending, tag)
 		return 0, err
@@ -209,6 +257,7 @@ func (c *Control) submit(ctx context.Context, op uint32, id int, buf []byte) (in
 		}
 		delete(c.pending, cqe.UserData) // an earlier, abandoned command may complete first
 		if cqe.UserData == tag {
+			copy(buf, payload[len(charDev):])
 			return cqe.Res, nil
 		}
 	}

@@ -106,7 +106,7 @@ const ctrlCmdSize = 32
 // encodeCtrlCmd lays out struct ublksrv_ctrl_cmd: dev_id u32 @0,
 // queue_id u16 @4 (0xffff: none), len u16 @6, addr u64 @8, data[0] u64
 // @16, dev_path_len u16 @24, pad u16 @26, reserved u32 @28.
-func encodeCtrlCmd(devID uint32, addr uint64, length uint16, data uint64) []byte {
+func encodeCtrlCmd(devID uint32, addr uint64, length uint16, data uint64, devPathLen uint16) []byte {
 	b := make([]byte, ctrlCmdSize)
 	ne := binary.NativeEndian
 	ne.PutUint32(b[0:], devID)
@@ -114,6 +114,7 @@ func encodeCtrlCmd(devID uint32, addr uint64, length uint16, data uint64) []byte
 	ne.PutUint16(b[6:], length)
 	ne.PutUint64(b[8:], addr)
 	ne.PutUint64(b[16:], data)
+	ne.PutUint16(b[24:], devPathLen)
 	return b
 }
 

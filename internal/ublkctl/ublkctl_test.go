@@ -38,7 +38,7 @@ func TestCommandCodesMatchTheUAPI(t *testing.T) {
 }
 
 func TestCtrlCmdLayout(t *testing.T) {
-	b := encodeCtrlCmd(7, 0x1122334455667788, 64, 0xabcdef)
+	b := encodeCtrlCmd(7, 0x1122334455667788, 64, 0xabcdef, 0)
 	ne := binary.NativeEndian
 	assert.Len(t, b, 32)
 	assert.Equal(t, uint32(7), ne.Uint32(b[0:]), "dev_id @0")
@@ -47,6 +47,8 @@ func TestCtrlCmdLayout(t *testing.T) {
 	assert.Equal(t, uint64(0x1122334455667788), ne.Uint64(b[8:]), "addr @8")
 	assert.Equal(t, uint64(0xabcdef), ne.Uint64(b[16:]), "data[0] @16")
 	assert.Equal(t, make([]byte, 8), b[24:], "dev_path_len, pad, reserved")
+	b = encodeCtrlCmd(7, 0x1122334455667788, 75, 0, 11)
+	assert.Equal(t, uint16(11), ne.Uint16(b[24:]), "dev_path_len @24: the path at addr, before the command's own buffer")
 }
 
 func TestDevInfoDecode(t *testing.T) {

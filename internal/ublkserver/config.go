@@ -24,7 +24,13 @@ type Config struct {
 	// actions to, one "<unix nanoseconds> <event> <device id>" line each
 	// (see ReadEvents); tests order them against what they observed.
 	EventLog string
-	Logger   *slog.Logger // queue errors; discarded when nil
+	// Unprivileged adds the devices with UBLK_F_UNPRIVILEGED_DEV, as a
+	// server run by a user does (its udev rule gives the user ublkcN and
+	// ublkbN): the driver then takes a control command for such a device,
+	// from root too, only when it names the device's /dev/ublkcN, which
+	// every command after ADD_DEV does.
+	Unprivileged bool
+	Logger       *slog.Logger // queue errors; discarded when nil
 }
 
 func (c Config) withDefaults() (Config, error) {

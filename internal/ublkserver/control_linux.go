@@ -28,6 +28,9 @@ type control struct {
 	// alive: the kernel may still write them.
 	pinned [][]byte
 	seq    uint64
+	// unprivileged: the server's devices are added with
+	// UBLK_F_UNPRIVILEGED_DEV (Config.Unprivileged).
+	unprivileged bool
 }
 
 func openControl() (*control, error) {
@@ -50,15 +53,37 @@ func (c *control) Close() error {
 // do sends one command and returns the kernel's non-negative result, or
 // ctx's error when ctx ends first: the command then stays with the kernel
 // (its buffer is kept alive) and its completion is skipped later. buf,
-// when not nil, is the command's in/out buffer (addr and len).
+// when not nil, is the command's in/out buffer (addr and len). A command
+// of an unprivileged server's names the device's /dev/ublkcN; one of the
+// outside Control's that the driver refused EINVAL without it (the
+// device is another's, added with UBLK_F_UNPRIVILEGED_DEV) is sent again
+// naming it.
 func (c *control) do(ctx context.Context, op, devID uint32, buf []byte, data0 uint64) (int32, error) {
+	if c.unprivileged && op != cmdAddDev {
+		return c.send(ctx, op, devID, buf, data0, charDevPath(devID))
+	}
+	res, err := c.send(ctx, op, devID, buf, data0, "")
+	if errors.Is(err, unix.EINVAL) && (op == cmdGetDevInfo || op == cmdStopDev || op == cmdDelDev) {
+		return c.send(ctx, op, devID, buf, data0, charDevPath(devID))
+	}
+	return res, err
+}
+
+// send sends one command as do describes, naming charDev when not empty:
+// the path, then buf, at addr, with dev_path_len its length; buf gets
+// what the kernel wrote after the path.
+func (c *control) send(ctx context.Context, op, devID uint32, buf []byte, data0 uint64, charDev string) (int32, error) {
+	payload := buf
+	if charDev != "" {
+		payload = append([]byte(charDev), buf...)
+	}
 	var addr uint64
-	if len(buf) > 0 {
-		addr = uint64(uintptr(unsafe.Pointer(&buf[0])))
+	if len(payload) > 0 {
+		addr = uint64(uintptr(unsafe.Pointer(&payload[0])))
 	}
 	c.seq++
 	tag := c.seq
-	if _, err := c.ring.Submit(uring.URingCmd(int(c.f.Fd()), op, ctrlCmd(devID, addr, uint16(len(buf)), data0), tag)); err != nil {
+	if _, err := c.ring.Submit(uring.URingCmd(int(c.f.Fd()), op, ctrlCmd(devID, addr, uint16(len(payload)), data0, uint16(len(charDev))), tag)); err != nil {
 		return 0, err
 	}
 	var cqe uring.CQE
@@ -66,16 +91,20 @@ func (c *control) do(ctx context.Context, op, devID uint32, buf []byte, data0 ui
 		var err error
 		// An abandoned earlier command may complete first; skip it.
 		if cqe, err = c.ring.WaitCQE(ctx); err != nil {
-			c.pinned = append(c.pinned, buf)
+			c.pinned = append(c.pinned, payload)
 			return 0, err
 		}
 	}
-	runtime.KeepAlive(buf)
+	runtime.KeepAlive(payload)
+	copy(buf, payload[len(charDev):])
 	if cqe.Res < 0 {
 		return cqe.Res, unix.Errno(-cqe.Res)
 	}
 	return cqe.Res, nil
 }
+
+// charDevPath is device id's char device node.
+func charDevPath(id uint32) string { return fmt.Sprintf("/dev/ublkc%d", id) }
 
 func (c *control) addDev(ctx context.Context, want devInfo) (devInfo, error) {
 	buf := make([]byte, devInfoSize)

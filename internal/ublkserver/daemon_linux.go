@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -59,6 +60,14 @@ type DaemonConfig struct {
 	// big-endian length, then {"kind":"shutdown"}), answered the same way
 	// with {"status":"ok"}.
 	Socket string
+	// UID, when not 0, runs the daemon as this user and group, with no
+	// capability (CAP_SYS_ADMIN among them): a user's server, whose
+	// devices the driver adds with UBLK_F_UNPRIVILEGED_DEV only when
+	// Config.Unprivileged asks and the caller lacks CAP_SYS_ADMIN (it
+	// drops the flag for root). The user must be able to write
+	// /dev/ublk-control and BackingDir, and gets each /dev/ublkcN once
+	// the caller, as udev would, gives it the node: the daemon waits.
+	UID int
 }
 
 // daemonEnv carries the JSON DaemonConfig to the re-executed binary.
@@ -108,6 +117,9 @@ func StartDaemon(ctx context.Context, cfg DaemonConfig) (*Daemon, error) {
 	cmd.Env = append(os.Environ(), daemonEnv+"="+string(js))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.ExtraFiles = []*os.File{w}
+	if cfg.UID != 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.UID)}}
+	}
 	err = cmd.Start()
 	w.Close()
 	if err != nil {

@@ -55,6 +55,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctrl.unprivileged = cfg.Unprivileged
 	s := &Server{cfg: cfg, ctrl: ctrl, done: make(chan struct{})}
 	for range cfg.Devices {
 		if err = s.addDevice(ctx); err != nil {
@@ -75,12 +76,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 func (s *Server) addDevice(ctx context.Context) error {
+	flags := uint64(flagCmdIoctl)
+	if s.cfg.Unprivileged {
+		flags |= flagUnprivDev
+	}
 	info, err := s.ctrl.addDev(ctx, devInfo{
 		NrHWQueues:    uint16(s.cfg.Queues),
 		QueueDepth:    uint16(s.cfg.Depth),
 		MaxIOBufBytes: uint32(s.cfg.MaxIOBytes),
 		DevID:         autoDevID,
-		Flags:         flagCmdIoctl,
+		Flags:         flags,
 	})
 	if err != nil {
 		return err
@@ -89,6 +94,11 @@ func (s *Server) addDevice(ctx context.Context) error {
 	s.devices = append(s.devices, d)
 	if d.disk, err = newDisk(s.cfg, d.id); err != nil {
 		return err
+	}
+	if s.cfg.Unprivileged {
+		if err := awaitCharDev(ctx, d.id); err != nil {
+			return err
+		}
 	}
 	if err := s.ctrl.setParams(ctx, d.id, uint64(s.cfg.Size)/512, info.MaxIOBufBytes/512); err != nil {
 		return err
@@ -136,7 +146,7 @@ func BackingFile(dir string, id int) string { return filepath.Join(dir, fmt.Spri
 
 // openCharDev opens /dev/ublkcN, waiting for devtmpfs to create it.
 func openCharDev(ctx context.Context, id uint32) (*os.File, error) {
-	path := fmt.Sprintf("/dev/ublkc%d", id)
+	path := charDevPath(id)
 	for {
 		f, err := os.OpenFile(path, os.O_RDWR, 0)
 		if err == nil || !errors.Is(err, os.ErrNotExist) {
@@ -145,6 +155,25 @@ func openCharDev(ctx context.Context, id uint32) (*os.File, error) {
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("ublkserver: %s did not appear: %w", path, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// awaitCharDev waits until this process may read and write /dev/ublkcN,
+// which the driver asks of every command for an unprivileged device:
+// devtmpfs makes the node root's, and udev (or a test, for it) gives it to
+// the device's owner.
+func awaitCharDev(ctx context.Context, id uint32) error {
+	path := charDevPath(id)
+	for {
+		err := unix.Access(path, unix.R_OK|unix.W_OK)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ublkserver: %s not readable and writable: %w (%w)", path, err, ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

@@ -55,6 +55,7 @@ const (
 const (
 	paramTypeBasic = 1 << 0
 	flagCmdIoctl   = 1 << 6 // UBLK_F_CMD_IOCTL_ENCODE
+	flagUnprivDev  = 1 << 5 // UBLK_F_UNPRIVILEGED_DEV
 	anyQueue       = 0xffff // queue_id of a command that is not for one queue
 	autoDevID      = 0xffffffff
 
@@ -70,14 +71,15 @@ const (
 var ne = binary.NativeEndian
 
 // ctrlCmd encodes struct ublksrv_ctrl_cmd: dev_id @0, queue_id @4, len @6,
-// addr @8, data[0] @16.
-func ctrlCmd(devID uint32, addr uint64, length uint16, data0 uint64) []byte {
+// addr @8, data[0] @16, dev_path_len @24.
+func ctrlCmd(devID uint32, addr uint64, length uint16, data0 uint64, devPathLen uint16) []byte {
 	b := make([]byte, ctrlCmdSize)
 	ne.PutUint32(b[0:], devID)
 	ne.PutUint16(b[4:], anyQueue)
 	ne.PutUint16(b[6:], length)
 	ne.PutUint64(b[8:], addr)
 	ne.PutUint64(b[16:], data0)
+	ne.PutUint16(b[24:], devPathLen)
 	return b
 }
 

@@ -27,10 +27,11 @@ func TestCommandNumbersMatchTheUAPI(t *testing.T) {
 }
 
 func TestEncodingsPlaceFieldsAtTheirUAPIOffsets(t *testing.T) {
-	c := ctrlCmd(7, 0x1122334455667788, 64, 4242)
+	c := ctrlCmd(7, 0x1122334455667788, 64, 4242, 11)
 	assert.Equal(t, []byte{7, 0, 0, 0, 0xff, 0xff, 64, 0}, c[:8], "dev_id, queue_id -1, len")
 	assert.Equal(t, uint64(0x1122334455667788), ne.Uint64(c[8:]), "addr")
 	assert.Equal(t, uint64(4242), ne.Uint64(c[16:]), "data[0]")
+	assert.Equal(t, uint16(11), ne.Uint16(c[24:]), "dev_path_len")
 
 	io := ioCmd(1, 5, -5, 0xabc)
 	assert.Equal(t, uint16(1), ne.Uint16(io[0:]))

@@ -64,10 +64,44 @@ func newRig(t *testing.T, cfg ublkserver.DaemonConfig) *rig {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
+	if cfg.UID != 0 {
+		defer asUdev(t, r.dir, cfg.UID)()
+	}
 	r.daemon, err = ublkserver.StartDaemon(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(r.cleanup)
 	return r
+}
+
+// asUdev sets the guest up for a daemon run as user uid, as a node's
+// udev rules do for a user's ublk server: /dev/ublk-control writable by
+// all (ublksrv's rule), dir the user's, and each /dev/ublkcN given to the
+// user as it appears, until the returned stop is called.
+func asUdev(t *testing.T, dir string, uid int) (stop func()) {
+	t.Helper()
+	require.NoError(t, os.Chmod(ublkserver.ControlPath, 0o666))
+	t.Cleanup(func() { _ = os.Chmod(ublkserver.ControlPath, 0o600) })
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o711)) // t.TempDir's parent, root's alone
+	require.NoError(t, os.Chown(dir, uid, uid))
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			nodes, _ := filepath.Glob("/dev/ublkc[0-9]*")
+			for _, n := range nodes {
+				var st unix.Stat_t
+				if unix.Stat(n, &st) == nil && int(st.Uid) != uid {
+					_ = os.Chown(n, uid, uid)
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }
 
 // cleanup leaves nothing behind even when a test failed half-way: thaw

@@ -290,7 +290,24 @@ func holderPIDs(rep *ublk.Report, id int) []int {
 // (STOP_DEV), after which killing is safe, and DEL_DEV once it is gone.
 func TestGuestStepStopsHungDaemonThroughControl(t *testing.T) {
 	vmtest.GuestOnly(t)
-	stopsHungDaemonThroughControl(t, ublk.Config{})
+	stopsHungDaemonThroughControl(t, ublkserver.DaemonConfig{Mode: ublkserver.Hung}, ublk.Config{})
+}
+
+// TestGuestStepStopsHungDaemonsUnprivilegedDevice is the same teardown
+// of a device a user's server added with UBLK_F_UNPRIVILEGED_DEV (the
+// daemon runs as uid 1000, without CAP_SYS_ADMIN, as rublk's and
+// ublksrv's unprivileged mode do): the driver takes GET_DEV_INFO,
+// STOP_DEV and DEL_DEV for it, from root too, only when the command
+// names its /dev/ublkcN, and refuses them EINVAL without. Before, every
+// control command failed so, the hung daemon's device stayed live, and
+// the step returned by its deadline with the daemon left running for the
+// pod's SIGKILL to kill with its device live.
+func TestGuestStepStopsHungDaemonsUnprivilegedDevice(t *testing.T) {
+	vmtest.GuestOnly(t)
+	rep := stopsHungDaemonThroughControl(t, ublkserver.DaemonConfig{Mode: ublkserver.Hung, UID: 1000, Config: ublkserver.Config{Unprivileged: true}}, ublk.Config{})
+	if info := rep.Device(rep.Devices[0].ID).Info; assert.NotNil(t, info) {
+		assert.NotZero(t, info.Flags&(1<<5), "UBLK_F_UNPRIVILEGED_DEV in the driver's flags %#x", info.Flags)
+	}
 }
 
 // TestGuestStepStopsHungDaemonWithThePlainNumbers is the same teardown
@@ -301,7 +318,7 @@ func TestGuestStepStopsHungDaemonThroughControl(t *testing.T) {
 // the real driver.
 func TestGuestStepStopsHungDaemonWithThePlainNumbers(t *testing.T) {
 	vmtest.GuestOnly(t)
-	stopsHungDaemonThroughControl(t, ublkhook.With(ublk.Config{}, ublkhook.Hooks{
+	stopsHungDaemonThroughControl(t, ublkserver.DaemonConfig{Mode: ublkserver.Hung}, ublkhook.With(ublk.Config{}, ublkhook.Hooks{
 		OpenControl: func(context.Context) (ublkctl.Controller, error) {
 			c, err := ublkctl.Open("")
 			if err == nil {
@@ -312,10 +329,11 @@ func TestGuestStepStopsHungDaemonWithThePlainNumbers(t *testing.T) {
 	}))
 }
 
-// stopsHungDaemonThroughControl runs a teardown of a hung daemon with
-// cfg, which it reaches through the control fallback, and checks it.
-func stopsHungDaemonThroughControl(t *testing.T, cfg ublk.Config) {
-	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Hung})
+// stopsHungDaemonThroughControl runs a teardown with cfg of a hung daemon
+// started with daemon, which it reaches through the control fallback,
+// checks it, and returns its Report.
+func stopsHungDaemonThroughControl(t *testing.T, daemon ublkserver.DaemonConfig, cfg ublk.Config) *ublk.Report {
+	r := newRig(t, daemon)
 	id := r.daemon.Devices[0]
 	watch, err := WatchExit(r.daemon.Pid(), r.daemon.Devices)
 	require.NoError(t, err)
@@ -343,6 +361,7 @@ func stopsHungDaemonThroughControl(t *testing.T, cfg ublk.Config) {
 	assert.NotEqual(t, ublkserver.StateLive, atExit[id], "the driver's state when the daemon died")
 	r.devicesGone()
 	noKernelProblemsSince(t, r.logFrom)
+	return rep
 }
 
 // TestGuestStepLeavesHungDaemonHoldingIO: the hung daemon holds a read
