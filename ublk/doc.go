@@ -160,6 +160,12 @@
 //     duration, and a Verdict.
 //   - /dev/ublkcN is never opened (on 6.15+ its close runs the device's
 //     release path).
+//   - A node without ublk fails no drain: with no device and no daemon, or
+//     a daemon that is not running (a process that exited, a socket no
+//     server listens on), Stop returns at once with VerdictNothingToDo,
+//     its Note saying why, and that the ublk_drv module is not loaded when
+//     sysfs has no ublk class. A daemon that runs is asked to stop all the
+//     same.
 //
 // Linux only: on other systems the package builds, FindProcess fails,
 // and Stop reports VerdictNothingToDo.

@@ -154,7 +154,14 @@ func (d *memDaemon) sleep(t time.Duration) bool {
 	}
 }
 
+// Wait looks at the exit first, as Daemon asks of a Wait given a ctx
+// already ended.
 func (d *memDaemon) Wait(ctx context.Context) error {
+	select {
+	case <-d.exited:
+		return nil
+	default:
+	}
 	select {
 	case <-d.exited:
 		return nil

@@ -16,7 +16,8 @@ import (
 type Verdict string
 
 const (
-	// VerdictNothingToDo: no ublk device and no daemon (or not Linux).
+	// VerdictNothingToDo: no ublk device and no daemon running (or not
+	// Linux).
 	VerdictNothingToDo Verdict = "nothing_to_do"
 	// VerdictStopped: the daemon stopped and deleted the device.
 	VerdictStopped Verdict = "stopped"

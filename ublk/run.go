@@ -387,8 +387,9 @@ func (r *run) do() error {
 		r.rep.Duration = time.Since(r.start)
 		return err
 	}
-	if len(r.dev) == 0 && r.cfg.daemon == nil {
-		r.rep.Verdict, r.rep.Note = VerdictNothingToDo, "no ublk devices and no daemon"
+	if why := r.nothingToDo(); why != "" {
+		r.rep.Verdict, r.rep.Note = VerdictNothingToDo, joinNote(r.rep.Note, why)
+		r.rep.Daemon.Exited = r.cfg.daemon != nil
 		r.rep.Duration = time.Since(r.start)
 		return nil
 	}
@@ -414,6 +415,44 @@ func (r *run) do() error {
 	r.requestStop()
 	r.waitLoop()
 	return r.withStoppedHeld(r.finish())
+}
+
+// nothingToDo says why the step has nothing to do ("" when it has): no
+// device of its own at discovery, and no daemon, or one that is not
+// running, looked at once (a process that exited, a socket no server
+// listens on: the daemon a server is wired for does not run on this
+// node), which a stop request would not reach. It names a node without
+// the ublk module. A daemon that runs is asked to stop all the same, with
+// no device: it may be adding one. Before, a daemon that was not running
+// was sent the request all the same, and the Report said VerdictStopped,
+// the daemon "stopped and deleted the device", with no note.
+func (r *run) nothingToDo() string {
+	if len(r.dev) > 0 {
+		return ""
+	}
+	why := "no ublk devices"
+	if loaded, err := exists(filepath.Join(r.cfg.sysRoot, charClassDir)); err == nil && !loaded {
+		why += " (no " + charClassDir + " in sysfs: the ublk_drv module is not loaded)"
+	}
+	switch {
+	case r.cfg.daemon == nil:
+		return why + " and no daemon"
+	case exitedAlways(r.cfg.daemon) || !r.daemonGone():
+		return ""
+	}
+	return why + ", and the daemon is not running: nothing to ask it"
+}
+
+// exitedAlways reports whether d is a DaemonFuncs with no WaitFunc, whose
+// Wait says the daemon exited whatever it does.
+func exitedAlways(d Daemon) bool {
+	switch f := d.(type) {
+	case DaemonFuncs:
+		return f.WaitFunc == nil
+	case *DaemonFuncs:
+		return f != nil && f.WaitFunc == nil
+	}
+	return false
 }
 
 // withStoppedHeld adds to err, when the last resort stopped devices under

@@ -185,7 +185,11 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //
 //  1. Find the devices (sysfs, or Config.Devices); a sysfs that cannot
 //     be read is read again every PollInterval until the holder wait's
-//     end, and only then does Stop give up (VerdictNotStopped). Each
+//     end, and only then does Stop give up (VerdictNotStopped). With no
+//     device, and no daemon or one that is not running (its Wait, looked
+//     at once, says it exited; not a DaemonFuncs without WaitFunc), Stop
+//     returns VerdictNothingToDo at once, the Note saying why (the ublk
+//     module not loaded, when sysfs has no ublk class). Each
 //     later read of sysfs while the step waits (every PollInterval) finds
 //     too a device added since (without Config.Devices: another server's
 //     left alone as at the start) or a listed one that was not there: it
