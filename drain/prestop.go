@@ -37,11 +37,40 @@ type PreStopSummary struct {
 	// a ?wait= bound or the client gave up first), "drained" (no running
 	// sandboxes left), "deadline" (the drain phase's deadline came),
 	// "sigterm" (Shutdown started) or "forced" (Force was called).
-	Reason        string        `json:"reason"`
-	Running       int           `json:"running"`        // running sandboxes at the last count (0 before the first)
-	DrainDeadline time.Time     `json:"drain_deadline"` // the drain phase's deadline at the last count (before the first, at T0)
-	Kill          time.Time     `json:"kill"`           // the expected SIGKILL
-	Waited        time.Duration `json:"waited_ns"`      // how long the wait has run
+	Reason  string `json:"reason"`
+	Running int    `json:"running"` // running sandboxes at the last count (0 before the first)
+	// DrainDeadline is the drain phase's deadline at the last count
+	// (before the first, at T0), and Kill the expected SIGKILL, each named
+	// by the wall clock as it reads when the answer is made, which a
+	// client on the node compares with its own: see onTheClockNow.
+	DrainDeadline time.Time     `json:"drain_deadline"`
+	Kill          time.Time     `json:"kill"`
+	Waited        time.Duration `json:"waited_ns"` // how long the wait has run
+}
+
+// onTheClockNow returns s with its deadlines named by the wall clock as it
+// reads now. The budget's times are compared on the monotonic clock and
+// keep the wall clock reading of when they were taken (T0, at the preStop
+// call), which JSON alone carries: after NTP stepped the node's clock
+// forward between the call and an answer, the answer named an instant the
+// step before the drain's deadline, and the exec hook, comparing it with
+// its clock, stopped waiting that much early (docs/faults.md row 2180);
+// stepped back, it would have waited on past it when the server stopped
+// answering.
+func (s PreStopSummary) onTheClockNow() PreStopSummary {
+	now := time.Now()
+	s.DrainDeadline, s.Kill = onTheClockAt(s.DrainDeadline, now), onTheClockAt(s.Kill, now)
+	return s
+}
+
+// onTheClockAt is t, when it carries a monotonic reading, named by the
+// wall clock as it reads at now (time.Now()); a time without one (zero, or
+// read from text) is already a wall clock reading, and is kept.
+func onTheClockAt(t, now time.Time) time.Time {
+	if t == t.Round(0) { // Round(0) strips a monotonic reading: t has none
+		return t
+	}
+	return now.Add(t.Sub(now)).Round(0)
 }
 
 // preStopRun is the one drain wait that the first preStop call starts and
@@ -184,7 +213,7 @@ func (d *Drainer) PreStop() http.Handler {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(sum)
+		_ = json.NewEncoder(w).Encode(sum.onTheClockNow())
 		d.hookClosed(seq)
 	})
 }
