@@ -89,8 +89,10 @@ type Gate struct {
 	inflight map[Class]int
 	gated    int                              // in-flight operations of gated classes, streams apart
 	idle     chan struct{}                    // closed when gated drops to 0; nil while gated == 0
-	left     chan struct{}                    // closed when any operation leaves, for waitClasses; nil when none waits
-	entries  uint64                           // operations admitted, Streams apart: countedSince
+	left     chan struct{}                    // closed when any operation leaves, or begins or ends a Write, for waitWhile; nil when none waits
+	entries  uint64                           // operations admitted, Streams apart: progress
+	writing  int                              // counted operations whose handler is in a Write of its response (countedWriter)
+	writes   uint64                           // those Writes that returned: a response's progress
 	rejects  metric.Int64Counter              // set by New, or the global provider's at the first rejection
 	streams  map[*int]context.CancelCauseFunc // the Middleware's streams in flight, ended by endStreams
 	ended    bool                             // endStreams ran: a stream is refused now
@@ -237,10 +239,7 @@ func (g *Gate) leave(c Class, waited bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.inflight[c]--
-	if g.left != nil {
-		close(g.left)
-		g.left = nil
-	}
+	g.wakeLocked()
 	if !waited {
 		return
 	}
@@ -327,26 +326,64 @@ func (g *Gate) waitClasses(ctx context.Context, cs []Class) error {
 	})
 }
 
-// waitCounted blocks until no operation is in flight, exempt ones
-// included and Streams apart (they end with the preserve phase), or ctx
-// is done, in which case it returns ctx.Err().
-func (g *Gate) waitCounted(ctx context.Context) error {
+// waitNoneWorking blocks until no operation the gate counts (exempt ones
+// included, Streams apart: they end with the preserve phase) is in flight
+// but in a Write of its response (inWrite), which waits for its client, or
+// ctx is done, in which case it returns ctx.Err().
+func (g *Gate) waitNoneWorking(ctx context.Context) error {
 	return g.waitWhile(ctx, func() bool {
-		for c, n := range g.inflight {
-			if n > 0 && c != Stream {
-				return true
+		n := 0
+		for c, in := range g.inflight {
+			if c != Stream {
+				n += in
 			}
 		}
-		return false
+		return n > g.writing
 	})
 }
 
-// counted returns the number of operations admitted so far, Streams
-// apart: the same number at two times says none of them entered between.
-func (g *Gate) counted() uint64 {
+// gateProgress is what the gate saw of its counted operations so far:
+// the same at two times says that none entered between and no Write of a
+// response returned.
+type gateProgress struct {
+	entries uint64 // operations admitted, Streams apart
+	writes  uint64 // Writes of their responses that returned
+	writing int    // Writes in flight now
+}
+
+// progress returns what the gate saw of its counted operations so far.
+func (g *Gate) progress() gateProgress {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.entries
+	return gateProgress{entries: g.entries, writes: g.writes, writing: g.writing}
+}
+
+// inWrite runs fn, a Write or a Flush of the response of an operation the
+// gate counts, as one in a Write meanwhile: the HTTP step waits for such
+// an operation, but not for a Write its client does not read
+// (boundUncounted).
+func (g *Gate) inWrite(fn func()) {
+	g.mu.Lock()
+	g.writing++
+	g.wakeLocked()
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.writing--
+		g.writes++
+		g.wakeLocked()
+	}()
+	fn()
+}
+
+// wakeLocked wakes waitWhile's waiters: an operation left, or began or
+// ended a Write.
+func (g *Gate) wakeLocked() {
+	if g.left != nil {
+		close(g.left)
+		g.left = nil
+	}
 }
 
 // waitWhile blocks until busy, called under g.mu, is false, or ctx is

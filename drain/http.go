@@ -27,7 +27,10 @@ const defaultRetryAfter = 5 * time.Second
 // HTTP/2, once the connection's other requests are done): a client behind
 // a Service keeps its connection with the node it was sent to, and only a
 // new one goes to a node still ready.
-// An admitted request counts as in flight until h returns: a handler that
+// An admitted request counts as in flight until h returns, and the gate
+// sees its handler's Writes of the response, in pieces of 16 KiB: an HTTP
+// step does not wait past its reserve for one whose client stopped
+// reading it (see HTTPServerStep). A handler that
 // starts its sandbox in the background and returns first (202 Accepted)
 // must have the Lister list that sandbox from then on, booting or not, or
 // keep the operation in flight until it runs (Enter, and leave once
@@ -102,10 +105,99 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 				return
 			}
 			defer leave()
+			if c != Stream {
+				w = &countedWriter{ResponseWriter: w, g: g}
+			}
 			h.ServeHTTP(w, r)
 		})
 	}
 }
+
+// writeChunk is the most of a response a counted operation's Write hands
+// net/http at once: each piece that returns is progress the gate sees, so
+// that a large response sent to a client that reads it is told from one
+// whose client stopped reading. A client that takes in less than a piece
+// in the HTTP step's reserve (64 KiB/s at NewServer's least, 250 ms; 22
+// KiB/s at its 30 s grace's 750 ms) counts as one that stopped. 16 KiB is
+// a TLS record's most, which net/http over TLS writes apart anyway.
+const writeChunk = 16 << 10
+
+// countedWriter is the ResponseWriter of an operation the middleware
+// admitted and the gate counts (a Stream's is streamWriter): its Writes
+// and Flushes, in pieces of writeChunk, run in Gate.inWrite. A Write waits
+// for its client once the socket's buffers are full, and does not watch
+// the request's context: a response whose client stopped reading (a
+// suspended process, a stalled proxy) held the HTTP step, which waits for
+// the operations the gate counts, to its deadline (docs/faults.md row
+// 2181). ReadFrom keeps net/http's sendfile, a piece at a time; Unwrap
+// gives http.ResponseController the server's writer; Flush and Hijack
+// keep what a handler asserts (http.Flusher, http.Hijacker, the deprecated
+// http.CloseNotifier) working.
+type countedWriter struct {
+	http.ResponseWriter
+	g *Gate
+}
+
+func (w *countedWriter) Write(p []byte) (n int, err error) {
+	for { // once for an empty p: a Write(nil) sends the header
+		piece := p[:min(len(p), writeChunk)]
+		var m int
+		w.g.inWrite(func() { m, err = w.ResponseWriter.Write(piece) })
+		n += m
+		if err == nil && m < len(piece) {
+			err = io.ErrShortWrite
+		}
+		p = p[len(piece):]
+		if err != nil || len(p) == 0 {
+			return n, err
+		}
+	}
+}
+
+// ReadFrom copies src to the response as net/http's does (sendfile from a
+// file), a writeChunk at a time, or through Write where the server's
+// writer has no ReadFrom.
+func (w *countedWriter) ReadFrom(src io.Reader) (n int64, err error) {
+	rf, ok := w.ResponseWriter.(io.ReaderFrom)
+	if !ok {
+		return io.Copy(struct{ io.Writer }{w}, src) // Write's pieces, not this ReadFrom again
+	}
+	for {
+		var m int64
+		w.g.inWrite(func() { m, err = rf.ReadFrom(io.LimitReader(src, writeChunk)) })
+		n += m
+		if err != nil || m < writeChunk { // short of a piece: src ended
+			return n, err
+		}
+	}
+}
+
+// Flush flushes the response.
+func (w *countedWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is Flush with its error (http.ResponseController's Flush).
+func (w *countedWriter) FlushError() (err error) {
+	w.g.inWrite(func() { err = http.NewResponseController(w.ResponseWriter).Flush() })
+	return err
+}
+
+// Hijack is the server's Hijack, where it has one (HTTP/1.x).
+func (w *countedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// CloseNotify is the server's, for a handler that still asserts the
+// deprecated http.CloseNotifier; nil, which never fires, where the
+// server's writer has none.
+func (w *countedWriter) CloseNotify() <-chan bool {
+	if cn, ok := w.ResponseWriter.(interface{ CloseNotify() <-chan bool }); ok {
+		return cn.CloseNotify()
+	}
+	return nil
+}
+
+// Unwrap returns the server's ResponseWriter, for http.ResponseController.
+func (w *countedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // streamBody is the request body of a Stream the middleware admitted,
 // whose Reads its end wakes. A Body.Read does not watch the request's
@@ -343,7 +435,12 @@ func shutdownHTTP(ctx context.Context, srv *http.Server, failed func(error) erro
 // request still served then is none the gate knows of (an ungated call,
 // or a gRPC stream served through ServeHTTP, such as a load balancer's
 // health Watch, which never ends by itself), and waiting for it to the
-// deadline held the process, and the pod, up to the whole grace. When the
+// deadline held the process, and the pod, up to the whole grace. An
+// operation whose handler, admitted by Admit or Middleware, is in a Write
+// of its response counts as ended while the Write makes no progress: a
+// client that stopped reading (or takes in less than 16 KiB in the
+// reserve) has its connection closed then, and the step fails saying so,
+// where it waited to its deadline. When the
 // deadline or that bound comes first, its error says how many connections were still in
 // a request: it counts them through srv.ConnState, which it wraps (a
 // ConnState set on srv before HTTPServerStep is still called; one set after
@@ -395,6 +492,9 @@ func httpStep(name string, srv *http.Server, reserve deadline.Reserve) Step {
 				return fmt.Errorf("%w: %d connection(s) still in a request at the step's deadline, closed now: "+
 					"a request the gate does not wait for (a log follow, a watch, an ungated call) held the shutdown; "+
 					"one that lasts as long as its client is admitted as a drain.Stream, which ends with the preserve phase", err, n)
+			case n > 0 && errors.As(context.Cause(sctx), new(stalledResponses)):
+				return fmt.Errorf("%d connection(s) still in a request when %w, closed now: "+
+					"each handler's Write fails, its response cut", n, context.Cause(sctx))
 			case n > 0 && sctx.Err() != nil:
 				return fmt.Errorf("%d connection(s) still in a request %w, closed now: "+
 					"a request the gate does not count (a gRPC stream served through ServeHTTP, such as a health Watch; a log follow; an ungated call); "+
@@ -415,6 +515,9 @@ func httpStep(name string, srv *http.Server, reserve deadline.Reserve) Step {
 // through ServeHTTP, such as a load balancer's health Watch, which never
 // ends by itself), and waiting for it to the step's deadline held the
 // process, and the pod, until then, however early the work was over.
+// An operation whose handler is in a Write of its response counts as
+// over while no Write returns: its client stopped reading, and its
+// response is cut with the rest, the cause a stalledResponses (row 2181).
 // Without the gate (a Step run by hand) or a reserve, ctx is left alone.
 func boundUncounted(ctx context.Context, reserve deadline.Reserve) (context.Context, context.CancelFunc) {
 	g := gateOf(ctx)
@@ -424,10 +527,10 @@ func boundUncounted(ctx context.Context, reserve deadline.Reserve) (context.Cont
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		for {
-			if g.waitCounted(ctx) != nil {
+			if g.waitNoneWorking(ctx) != nil {
 				return
 			}
-			seen := g.counted()
+			seen := g.progress()
 			r := reserve()
 			t := time.NewTimer(r)
 			select {
@@ -436,13 +539,31 @@ func boundUncounted(ctx context.Context, reserve deadline.Reserve) (context.Cont
 				t.Stop()
 				return
 			}
-			if g.counted() == seen { // none entered: idle all the reserve
-				cancel(fmt.Errorf("%v after the last operation the gate counted ended (the step's reserve)", r))
-				return
+			if g.progress() != seen { // one entered, or a Write returned: the reserve runs again
+				continue
 			}
+			if seen.writing > 0 {
+				cancel(stalledResponses{n: seen.writing, reserve: r})
+			} else {
+				cancel(fmt.Errorf("%v after the last operation the gate counted ended (the step's reserve)", r))
+			}
+			return
 		}
 	}()
 	return ctx, func() { cancel(nil) }
+}
+
+// stalledResponses is the cause with which boundUncounted cuts the step
+// when the operations the gate still counts are all in a Write of their
+// responses, none of which returned for the step's reserve.
+type stalledResponses struct {
+	n       int
+	reserve time.Duration
+}
+
+func (e stalledResponses) Error() string {
+	return fmt.Sprintf("the response(s) of %d operation(s) the gate counts made no progress for %v (the step's reserve): "+
+		"their clients stopped reading (a suspended process, a stalled proxy)", e.n, e.reserve)
 }
 
 // gateKey is the context key of the Drainer's gate in a step's context.
