@@ -247,7 +247,9 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 //     the latest the kubelet kills, since it starts the hook before
 //     SIGTERM;
 //   - anchored by a deletionTimestamp, or a preStop hook's SIGKILL cut by
-//     Tighten (kubectl delete --grace-period=N during the hook): SIGKILL
+//     Tighten (kubectl delete --grace-period=N, read at the hook's call;
+//     a second, shorter deletion while the hook runs changes nothing of
+//     the kubelet's: it keeps its first grace, see OnRestart): SIGKILL
 //     stays at that time, unless the kubelet's 2 s floor after SIGTERM puts
 //     it later. The kubelet's arithmetic then runs on its own T0 and the
 //     deletion's whole-second grace, which the server does not see; the

@@ -414,10 +414,13 @@ func TestLaterShorterDeletionLeavesTheBudget(t *testing.T) {
 }
 
 // Fault (a review): a SIGTERM again, the kubelet's after a second
-// `kubectl delete --grace-period` shortened the grace during the shutdown
-// (a runtime that sends the stop signal with every stop request), forced
-// the drain. It now forces nothing and reads the pod's deletion again: the
-// shorter grace moves SIGKILL, and every deadline, earlier.
+// `kubectl delete --grace-period` shortened the grace during the shutdown,
+// forced the drain. The kubelet that began the termination keeps its
+// grace and sends nothing then; a restarted one stops the container again
+// (a runtime that sends the stop signal with every stop request delivers
+// SIGTERM again) and kills the shorter grace after its restart. The drain
+// now forces nothing and reads the pod's deletion again: the shorter grace
+// moves SIGKILL, and every deadline, earlier.
 //
 //	0 s   SIGTERM (a deletion with the hour): the step runs, SIGKILL an hour away
 //	      kubectl delete --grace-period=30: deletionTimestamp now + ~30 s

@@ -118,8 +118,9 @@ type Report struct {
 	Cause string `json:"cause,omitempty"`
 	// Signals are the signals ServeSignals received until the Report was
 	// made, in order (the first 16): the first began the shutdown; a
-	// SIGTERM after it is the kubelet's own (a shortened grace, a
-	// restarted kubelet) and forced nothing; any other signal forced.
+	// SIGTERM after it is the kubelet's own (a restarted kubelet's stop,
+	// which a runtime may signal again) and forced nothing; any other
+	// signal forced.
 	Signals  []ReceivedSignal `json:"signals,omitempty"`
 	Forced   bool             `json:"forced,omitempty"`   // force mode was switched on
 	ForcedAt time.Time        `json:"forced_at,omitzero"` // when Force was first called

@@ -421,7 +421,7 @@ func (s *Server) Drainer() *Drainer {
 // ListenAndServeTLS("", "") would: over TLS with TLSConfig's Certificates,
 // GetCertificate or GetConfigForClient, on ":https" when srv.Addr is
 // empty. A SIGINT after the first signal forces; a SIGTERM again does not
-// (the kubelet's own, with a shortened grace: see Drainer.ServeSignals). SIGHUP is logged and ignored, and SIGQUIT logs every
+// (the kubelet's own, a restarted one's stop: see Drainer.ServeSignals). SIGHUP is logged and ignored, and SIGQUIT logs every
 // goroutine's stack and Run goes on: their default action would end the
 // process at once, with no drain. The Report is logged through slog.Default; Run never calls
 // os.Exit. After a Run that returned 0 or 1, s.Drainer().Shutdown returns

@@ -146,10 +146,11 @@ func TestSIGINTAfterSIGTERMForcesTheStepsToTheirReserves(t *testing.T) {
 }
 
 // Fault (a review): a SIGTERM again during the shutdown forced it. The
-// kubelet sends it itself when the pod's grace is shortened after SIGTERM
-// (a second kubectl delete --grace-period, an eviction, node shutdown):
-// it runs the termination again, and a runtime that sends the stop signal
-// with every stop request delivers SIGTERM again. Forced, the drain
+// kubelet sends it itself when it restarted: it runs the termination over
+// and stops the container again, and a runtime that sends the stop signal
+// with every stop request delivers SIGTERM again (a grace shortened after
+// SIGTERM brings none: the kubelet keeps the grace its termination started
+// with, docs/real-kubelet.md). Forced, the drain
 // started no new preserve and lost the sandboxes that still had time. A
 // SIGTERM again now forces nothing (it re-reads the pod's deletion, with
 // Config.Pod: TestSIGTERMAgainReadsTheShorterDeletion).

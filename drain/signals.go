@@ -167,8 +167,8 @@ func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report
 				}
 				d.received(sig, false)
 				if sig == syscall.SIGTERM {
-					d.log.Info("drain: SIGTERM during the shutdown: not forcing: the kubelet sends it again when the pod's grace is shortened "+
-						"(a second deletion, an eviction, a node shutdown); the pod's deletion is read again when Config.Pod is set; "+
+					d.log.Info("drain: SIGTERM during the shutdown: not forcing: a restarted kubelet stops the container again, "+
+						"and a runtime may send the stop signal with every stop request; the pod's deletion is read again when Config.Pod is set; "+
 						"SIGINT forces", "pod", d.pod != nil)
 					d.readPod("SIGTERM during the shutdown")
 					continue
