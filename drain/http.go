@@ -130,9 +130,9 @@ const writeChunk = 16 << 10
 // suspended process, a stalled proxy) held the HTTP step, which waits for
 // the operations the gate counts, to its deadline (docs/faults.md row
 // 2181). ReadFrom keeps net/http's sendfile, a piece at a time; Unwrap
-// gives http.ResponseController the server's writer; Flush and Hijack
-// keep what a handler asserts (http.Flusher, http.Hijacker, the deprecated
-// http.CloseNotifier) working.
+// gives http.ResponseController the server's writer; Flush, Hijack and
+// Push keep what a handler asserts (http.Flusher, http.Hijacker,
+// http.Pusher, the deprecated http.CloseNotifier) working.
 type countedWriter struct {
 	http.ResponseWriter
 	g *Gate
@@ -194,6 +194,16 @@ func (w *countedWriter) CloseNotify() <-chan bool {
 		return cn.CloseNotify()
 	}
 	return nil
+}
+
+// Push is the server's HTTP/2 push, where it has one; elsewhere it
+// returns http.ErrNotSupported, as a server's Push does for a client that
+// disabled push.
+func (w *countedWriter) Push(target string, opts *http.PushOptions) error {
+	if p, ok := w.ResponseWriter.(http.Pusher); ok {
+		return p.Push(target, opts)
+	}
+	return http.ErrNotSupported
 }
 
 // Unwrap returns the server's ResponseWriter, for http.ResponseController.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -195,4 +196,33 @@ func TestHTTPStepCutsASentFileItsClientStoppedReadingOnLoopback(t *testing.T) {
 	assert.Equal(t, Failed, p.Result)
 	assert.Contains(t, p.Error, "stopped reading", "not the step's deadline")
 	assert.Error(t, <-copied, "the handler's copy failed as its connection closed")
+}
+
+// The ResponseWriter a counted operation's handler gets (row 2181's, whose
+// Writes the gate sees) keeps what a handler asserts of net/http's:
+// Flusher, Hijacker, io.ReaderFrom, Pusher, the deprecated CloseNotifier,
+// and http.ResponseController's methods through Unwrap; its Write(nil)
+// still sends the header. On loopback, HTTP/1.1.
+func TestACountedOperationsResponseWriterKeepsWhatHandlersAssert(t *testing.T) {
+	g := &Gate{}
+	type asserted struct{ flusher, hijacker, readerFrom, pusher, closeNotifier, fullDuplex bool }
+	got := make(chan asserted, 1)
+	srv := httptest.NewServer(g.Admit(Delete, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var a asserted
+		_, a.flusher = w.(http.Flusher)
+		_, a.hijacker = w.(http.Hijacker)
+		_, a.readerFrom = w.(io.ReaderFrom)
+		_, a.pusher = w.(http.Pusher)
+		_, a.closeNotifier = w.(interface{ CloseNotify() <-chan bool })
+		a.fullDuplex = http.NewResponseController(w).EnableFullDuplex() == nil
+		w.Header().Set("X-Deleted", "sb-0")
+		_, _ = w.Write(nil)
+		got <- a
+	})))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, "sb-0", resp.Header.Get("X-Deleted"))
+	assert.Equal(t, asserted{flusher: true, hijacker: true, readerFrom: true, pusher: true, closeNotifier: true, fullDuplex: true}, <-got)
 }
