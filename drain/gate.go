@@ -68,7 +68,8 @@ var ErrDraining = errors.New("drain: node is draining, not accepting new work")
 // drainkit.drain.gate.rejections (by class, through the MeterProvider of the
 // Drainer it is given to, or the global one) and in the Report of the drain
 // it is given to (the gate phase's Detail: by way in and class, with the
-// first and the last).
+// first and the last). It keeps no class none is in flight of, so a
+// classify may make a class of each path.
 //
 // The zero value is an open gate that gates every class. Exempt and
 // RetryAfter must be set before the gate is first used and not changed
@@ -238,7 +239,12 @@ func (g *Gate) enter(c Class, w way) (leave func(), err error) {
 func (g *Gate) leave(c Class, waited bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.inflight[c]--
+	// A class none is in flight of goes: kept at zero, a classify that
+	// makes a class of each path (a resume of each sandbox) grew the map
+	// with every sandbox the node ever served, and the waits walk it.
+	if g.inflight[c]--; g.inflight[c] == 0 {
+		delete(g.inflight, c)
+	}
 	g.wakeLocked()
 	if !waited {
 		return
