@@ -105,7 +105,8 @@
 //   - drainkit.drain.sandboxes.running ({sandbox}): gauge, recorded at every
 //     count of the preStop wait and the gate phase;
 //   - drainkit.drain.gate.rejections ({operation}): counter by
-//     drainkit.drain.class of the operations the Gate turned away;
+//     drainkit.drain.class of the operations the Gate turned away (the
+//     classes the Report's account keeps, the first 32, then "other");
 //   - drainkit.drain.outcomes ({sandbox}): counter by drainkit.drain.outcome
 //     of the drain's final account, the Report's, each sandbox once
 //     ("unaccounted" for what the preserve phase left no account of),

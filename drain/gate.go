@@ -68,7 +68,8 @@ var ErrDraining = errors.New("drain: node is draining, not accepting new work")
 // drainkit.drain.gate.rejections (by class, through the MeterProvider of the
 // Drainer it is given to, or the global one) and in the Report of the drain
 // it is given to (the gate phase's Detail: by way in and class, with the
-// first and the last). It keeps no class none is in flight of, so a
+// first and the last). Both keep the first 32 kinds apart and count the
+// later ones under the class "other". It keeps no class none is in flight of, so a
 // classify may make a class of each path.
 //
 // The zero value is an open gate that gates every class. Exempt and
@@ -145,8 +146,9 @@ func (g *Gate) refusals() refusedOps {
 	return r
 }
 
-// add counts one refusal of class c that came by w, now.
-func (r *refusedOps) add(w way, c Class) {
+// add counts one refusal of class c that came by w, now, and returns the
+// class it is counted under: c, or refusedOther past MaxKinds kinds.
+func (r *refusedOps) add(w way, c Class) Class {
 	now := time.Now()
 	if r.n == 0 {
 		r.first = now
@@ -170,6 +172,7 @@ func (r *refusedOps) add(w way, c Class) {
 		}
 	}
 	m[string(c)]++
+	return c
 }
 
 // setRejects makes the gate count its rejections in c.
@@ -179,9 +182,11 @@ func (g *Gate) setRejects(c metric.Int64Counter) {
 	g.rejects = c
 }
 
-// rejectedLocked counts one rejection of class c, which came by w.
+// rejectedLocked counts one rejection of class c, which came by w: in the
+// account and in the metric under the same class, so that a classify that
+// makes a class of each path makes no series of each path either.
 func (g *Gate) rejectedLocked(c Class, w way) {
-	g.refused.add(w, c)
+	c = g.refused.add(w, c)
 	if g.rejects == nil {
 		r, err := otel.GetMeterProvider().Meter(scope).Int64Counter(metricRejections, metric.WithUnit("{operation}"),
 			metric.WithDescription(rejectionsHelp))
