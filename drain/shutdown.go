@@ -214,9 +214,7 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	// DrainFinished, the span, a termination message) are the budget the
 	// drain ended with.
 	d.stopPodReads()
-	if p := rep.Phase(PhaseGate); p != nil { // every refusal, whichever phase it came in: the gate's is where it began
-		p.Detail = newGateDetail(d.gate.refusals(), rep.Phases)
-	}
+	d.refusedSoFar(rep)
 	rep.End = time.Now()
 	rep.Budget = d.budget.State()
 	rep.Headroom = rep.Budget.Kill.Sub(rep.End)
@@ -346,8 +344,19 @@ func (d *Drainer) tell(rep *Report, next string) {
 	d.mu.Lock()
 	now.Cause, now.Signals = d.cause, slices.Clone(d.signals)
 	d.mu.Unlock()
-	d.podFacts(&now) // a static pod's account says so before a SIGKILL (docs/faults.md row 1610)
+	d.podFacts(&now)     // a static pod's account says so before a SIGKILL (docs/faults.md row 1610)
+	d.refusedSoFar(&now) // and what the gate refused so far (row 2242)
 	d.progress(&now, next)
+}
+
+// refusedSoFar sets the gate phase's Detail in rep, once it has that phase,
+// to the account of every refusal so far, whichever phase it came in: the
+// gate's is where it began. The Report as it stands (tell) has it too: a
+// SIGKILL mid-drain leaves that one alone.
+func (d *Drainer) refusedSoFar(rep *Report) {
+	if p := rep.Phase(PhaseGate); p != nil {
+		p.Detail = newGateDetail(d.gate.refusals(), rep.Phases)
+	}
 }
 
 // podFacts sets in rep what the reads of the pod found so far: a name that

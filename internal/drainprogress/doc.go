@@ -16,8 +16,9 @@
 // Guarantees: fn is called on the goroutine that runs the phases, and the
 // drain waits for it: it must be quick (copy or encode, never write a file
 // there). rep is a *drain.Report holding the phases ended so far, the
-// budget now, and the Preserver's account once the preserve phase ended;
-// it is valid only until fn returns. next is the phase that runs next, ""
+// budget now, the account of what the gate refused until then once the
+// gate phase ended (its Detail), and the Preserver's account once the
+// preserve phase ended; it is valid only until fn returns. next is the phase that runs next, ""
 // after the last. A cfg of any other type than *drain.Config panics, naming
 // the type; a program that does not link drain panics saying so.
 package drainprogress
