@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
@@ -23,7 +25,7 @@ type sandboxView struct {
 func (s *Server) routes() http.Handler {
 	gate := s.drainer.Gate()
 	mux := http.NewServeMux()
-	mux.Handle("POST /sandboxes", bodyFirst(gate.Admit(drain.Create, http.HandlerFunc(s.create))))
+	mux.Handle("POST /sandboxes", bodyFirst(gate, gate.Admit(drain.Create, http.HandlerFunc(s.create))))
 	mux.HandleFunc("GET /sandboxes", s.list)
 	mux.Handle("POST /sandboxes/{id}/pause", gate.Admit(drain.Pause, http.HandlerFunc(s.pause)))
 	mux.Handle("POST /sandboxes/{id}/resume", gate.Admit(drain.Resume, http.HandlerFunc(s.resume)))
@@ -54,16 +56,39 @@ type timeoutKey struct{}
 // answered 201 "running" of a sandbox that was never preserved and in no Report
 // (docs/faults.md row 1242). Read first, the create is admitted when its work begins,
 // or refused 503 once the gate has closed. The body is at most 1 KiB; its read ends with
-// the client or the server's own shutdown.
-func bodyFirst(next http.Handler) http.Handler {
+// the client, or as the gate closes (readUntilClosed): the gate then refuses the create
+// whatever its body, and a client whose upload stalled held the server's HTTP step,
+// which failed, and had no answer (row 2243).
+func bodyFirst(gate *drain.Gate, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		timeoutS, err := createBody(http.MaxBytesReader(w, r.Body, 1<<10))
-		if err != nil {
+		timeoutS, err := readUntilClosed(gate, w, func() (int, error) { return createBody(http.MaxBytesReader(w, r.Body, 1<<10)) })
+		if err != nil && !gate.Closed() {
 			writeError(w, http.StatusBadRequest, fmt.Errorf(`body must be {"timeout_s": N} with N in [1, %d]: %w`, sandbox.MaxTimeoutS, err))
 			return
 		}
+		// Once the gate is closed next refuses the create (503, Retry-After, counted), its
+		// body read or not.
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), timeoutKey{}, timeoutS)))
 	})
+}
+
+// readUntilClosed runs read, which reads the request's body, and ends a read that waits
+// for the client as the gate closes: the body's read deadline is set then (a Body.Read
+// does not watch the request's context). Set once the gate is closed, it cuts nothing
+// the create needs, which the gate refuses; the refusal closes the connection.
+func readUntilClosed(gate *drain.Gate, w http.ResponseWriter, read func() (int, error)) (int, error) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-gate.Draining():
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		case <-done:
+		}
+	})
+	defer wg.Wait()
+	defer close(done)
+	return read()
 }
 
 // create makes a sandbox of the timeout_s bodyFirst read.
