@@ -28,12 +28,68 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /sandboxes", bodyFirst(gate, gate.Admit(drain.Create, http.HandlerFunc(s.create))))
 	mux.HandleFunc("GET /sandboxes", s.list)
 	mux.Handle("POST /sandboxes/{id}/pause", gate.Admit(drain.Pause, http.HandlerFunc(s.pause)))
-	mux.Handle("POST /sandboxes/{id}/resume", gate.Admit(drain.Resume, http.HandlerFunc(s.resume)))
+	mux.Handle("POST /sandboxes/{id}/resume", s.resumeRefused(gate.Admit(drain.Resume, http.HandlerFunc(s.resume))))
 	mux.Handle("DELETE /sandboxes/{id}", gate.Admit(drain.Delete, http.HandlerFunc(s.delete)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, "ok") })
 	mux.Handle("GET /readyz", gate.Readiness(http.HandlerFunc(s.ready)))
 	mux.Handle("GET /metrics", s.metrics)
 	return mux
+}
+
+// resumeRefused is in front of the gate's resume. The gate refuses a resume while
+// sandboxd drains with its answer for new work, on a connection it closes so that the
+// retry goes to a node still ready; but a sandbox paused here has its record and image
+// in this node's state directory (a hostPath), which no other node has, and a client
+// that did as told found no such sandbox there (404), as if it were gone (docs/faults.md
+// row 2244, as row 1552 for the gVisor worker's Restore). That refusal, still counted by
+// the gate, says to resume it here once sandboxd serves again, and keeps the connection.
+// A resume of a sandbox not paused here keeps the gate's answer.
+func (s *Server) resumeRefused(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		if s.drainer.Gate().Closed() && s.pausedHere(id) {
+			w = &heldHereWriter{ResponseWriter: w, id: id}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// pausedHere reports whether the node holds sandbox id paused.
+func (s *Server) pausedHere(id string) bool {
+	for _, info := range s.node.List() {
+		if info.ID == id {
+			return info.State == sandbox.Paused
+		}
+	}
+	return false
+}
+
+// heldHereWriter answers the gate's refusal of a resume of sandbox id, which the node
+// holds paused, with where to resume it; any other answer goes out as it is. The resume's
+// own handler answers no 503: one is the gate's.
+type heldHereWriter struct {
+	http.ResponseWriter
+	id      string
+	refused bool // the gate's refusal: its body is replaced
+}
+
+func (w *heldHereWriter) WriteHeader(code int) {
+	if code != http.StatusServiceUnavailable {
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	w.refused = true
+	w.Header().Del("Connection") // a new connection would go to another node
+	w.Header().Del("X-Content-Type-Options")
+	writeError(w.ResponseWriter, code, fmt.Errorf("sandboxd draining: resume of %s not started: its record and image are in this node's state directory, "+
+		"which no other node has: resume it here once sandboxd serves again", w.id))
+}
+
+func (w *heldHereWriter) Write(p []byte) (int, error) {
+	if w.refused {
+		return len(p), nil // the gate's words, replaced
+	}
+	return w.ResponseWriter.Write(p)
 }
 
 // hookRoutes is the preStop hook, served on its own listener and guarded: only a request
