@@ -114,7 +114,10 @@
 //     entry's error saying "finished late", that listing made again at the
 //     time a Retry-After names; and one it preserved that AgentENV lists
 //     running once its pauses are over, before that wait, a pause answered
-//     success that did not pause it or a resume since, is failed, lost),
+//     success that did not pause it or a resume since, is failed, lost;
+//     one the preserve phase counted lost that AgentENV lists paused by
+//     then, a pause that got no answer and that the server finished, is
+//     preserved),
 //     closes its API client's idle
 //     connections (nothing is asked of the server after its SIGTERM, and a
 //     graceful shutdown that waits for open connections would wait for

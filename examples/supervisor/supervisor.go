@@ -441,6 +441,21 @@ func (l *limited) couldNotPause(id string) bool {
 	return ok && o.Lost()
 }
 
+// lostIDs returns the sandboxes whose last Run's entry counts them lost,
+// sorted.
+func (l *limited) lostIDs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ids []string
+	for id, o := range l.accounted {
+		if o.Lost() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // Limit is the concurrency the plan counts on.
 func (l *limited) Limit() int { return min(l.Preserver.Limit(), l.src.Limit()) }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -47,7 +48,9 @@ import (
 // quarters; in front of AgentENV, one it preserved that the server still
 // lists running then is failed (stillRunning), and the ones it gave up on
 // are listed until seven eighths while the server shows them being paused,
-// each listed paused preserved, finished late (finishedLate). It returns its
+// each listed paused preserved, finished late (finishedLate); a sandbox the
+// preserve phase counted lost that the server lists paused by then is
+// preserved too (pausedSince). It returns its
 // account (nil when it listed nothing), and an error naming the ones it
 // could not pause. A listing that fails is logged at ERROR and becomes the
 // Report's note (and so the termination message's), and makes the exit
@@ -73,22 +76,25 @@ func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 		return nil, nil // a step always has a deadline
 	}
 	var rep *pause.Report
+	var pausedSince map[string]bool
 	select {
 	case <-s.drainer.Forced():
 		rep = s.listForced(ctx, time.Now().Add(time.Until(dl)/4))
 	default:
 		var err error
-		if rep, err = s.sweepRun(ctx); err != nil {
+		if rep, pausedSince, err = s.sweepRun(ctx); err != nil {
 			return nil, err
 		}
 	}
-	return s.sweepAccount(ctx, rep)
+	return s.sweepAccount(ctx, rep, pausedSince)
 }
 
 // sweepRun pauses what the sweep lists, by the step's deadline (see sweep),
 // laid out again wherever the step's deadline moves earlier while it runs
-// (sweepWindow).
-func (s *supervisor) sweepRun(ctx context.Context) (*pause.Report, error) {
+// (sweepWindow). It returns the sweep's account, with the sandboxes the
+// preserve phase counted lost that the server lists paused since
+// (pausedSince), and their IDs.
+func (s *supervisor) sweepRun(ctx context.Context) (*pause.Report, map[string]bool, error) {
 	// A Preserver of its own: what the sweep pauses (resumed sandboxes, a
 	// few) says nothing of the node's knee or of a pause's time, which the
 	// drain keeps for the next one. Its limit is the drain's level, or the
@@ -98,7 +104,7 @@ func (s *supervisor) sweepRun(ctx context.Context) (*pause.Report, error) {
 	pc.Logger, pc.MeterProvider = s.log.With("run", "final sweep"), s.meters // pause's retries: until the step's deadline
 	p, err := pause.New(named(s.sweepList), pc)
 	if err != nil {
-		return nil, fmt.Errorf("final sweep: %w", err)
+		return nil, nil, fmt.Errorf("final sweep: %w", err)
 	}
 	starts, settling, end := s.sweepWin.begin(ctx, p)
 	defer end()
@@ -124,8 +130,62 @@ func (s *supervisor) sweepRun(ctx context.Context) (*pause.Report, error) {
 	// row 1981). A pause the wait sees finish was listed paused: no check
 	// is owed it.
 	s.stillRunning(settling, rep)
+	since := s.pausedSince(settling, rep)
 	s.finishedLate(settling, rep, s.sweepWin.settled())
-	return rep, nil
+	return rep, since, nil
+}
+
+// pausedSince gives rep, the final sweep's account in front of AgentENV
+// (settle.go), an entry, preserved, for each sandbox the preserve phase
+// counted lost that rep has none for and that the server lists paused
+// (state=paused: its record durable), and returns their IDs. A pause whose
+// answer never came (a proxy that dropped its connection after the phase
+// deadline, when no retry fits) is one the server goes on with: finished
+// before the sweep listed, the sandbox was left out of the sweep's
+// listing of those not paused, and its lost entry stood: the Report, the
+// exit status and the termination message counted lost a sandbox the
+// server had paused (docs/faults.md row 2160). It lists only when there
+// is such a sandbox; a listing that fails leaves them lost, and says so.
+func (s *supervisor) pausedSince(ctx context.Context, rep *pause.Report) map[string]bool {
+	l, ok := s.sweepList.(*notPaused)
+	if !ok || rep.Unknown {
+		return nil
+	}
+	swept := make(map[string]bool, len(rep.Entries))
+	for _, e := range rep.Entries {
+		swept[e.ID] = true
+	}
+	lost := slices.DeleteFunc(s.preserver.lostIDs(), func(id string) bool { return swept[id] })
+	if len(lost) == 0 {
+		return nil
+	}
+	sbs, err := l.paused.List(ctx)
+	at := time.Now()
+	if err != nil && len(sbs) == 0 {
+		s.log.Warn("supervisor: final sweep: the listing of the paused sandboxes failed; the ones the preserve phase counted lost are not seen paused",
+			"lost", len(lost), "error", err)
+		return nil
+	}
+	listedPaused := idSet(sandboxIDs(sbs))
+	since := map[string]bool{}
+	for _, id := range lost {
+		if !listedPaused[id] {
+			continue
+		}
+		since[id] = true
+		rep.Entries = append(rep.Entries, pause.Entry{ID: id, Outcome: pause.Preserved, Pass: 1, End: at,
+			Error: fmt.Sprintf("listed paused by the final sweep at %s after the preserve phase counted it lost: the server finished a pause "+
+				"the preserve phase got no answer to, or another paused it", at.Format(time.RFC3339Nano))})
+	}
+	if len(since) > 0 {
+		if rep.Counts == nil {
+			rep.Counts = map[pause.Outcome]int{}
+		}
+		rep.Counts[pause.Preserved] += len(since)
+		s.log.Warn("supervisor: final sweep: sandboxes the preserve phase counted lost are listed paused: preserved",
+			"found", len(since), "ids", strings.Join(slices.Sorted(maps.Keys(since)), " "))
+	}
+	return since
 }
 
 // A sweepWindow is the final sweep's layout in the server step's time, from
@@ -328,7 +388,7 @@ func named(l pause.Lister) pause.Lister {
 // it did not pause. A listing that failed, or failed after its first page
 // (INCOMPLETE), is logged at ERROR and kept for the Report's note, and
 // makes the exit status 1 at least (report).
-func (s *supervisor) sweepAccount(ctx context.Context, rep *pause.Report) (*pause.Report, error) {
+func (s *supervisor) sweepAccount(ctx context.Context, rep *pause.Report, pausedSince map[string]bool) (*pause.Report, error) {
 	switch {
 	case rep.Unknown:
 		s.log.Error("supervisor: final sweep: the server's sandboxes could not be listed after the preserve phase; a sandbox resumed since is not known",
@@ -364,6 +424,9 @@ func (s *supervisor) sweepAccount(ctx context.Context, rep *pause.Report) (*paus
 	// kind has its line and its part of the error.
 	var again, failed []pause.Entry
 	for _, e := range rep.Entries {
+		if pausedSince[e.ID] {
+			continue // paused, neither running again nor still running: pausedSince logged them
+		}
 		if s.preserver.couldNotPause(e.ID) {
 			failed = append(failed, e)
 		} else {
