@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -20,9 +21,10 @@ import (
 
 // sandbox is one sandbox of a Source: Preserve sends its pause request.
 type sandbox struct {
-	src   *Source
-	id    string
-	state listed // what the listing that gave it said of its state (listedstate.Of)
+	src    *Source
+	id     string
+	state  listed // what the listing that gave it said of its state (listedstate.Of)
+	listed bool   // a listing of src gave it, running (List): not Source.Sandbox
 }
 
 // ID implements pause.Sandbox.
@@ -77,6 +79,7 @@ func (b *sandbox) preserve(ctx context.Context) error {
 			return fmt.Errorf("httpsource: pause %s: not sent: %w", b.id, err)
 		}
 		rctx, cancel := withTimeout(ctx, s.cfg.pauseTimeout, "pause", "Config.PauseTimeout")
+		sent := s.checks.sending()
 		_, _, status, err := s.do(rctx, "pause", s.cfg.pauseMethod, target)
 		cancel()
 		var se *StatusError
@@ -94,7 +97,7 @@ func (b *sandbox) preserve(ctx context.Context) error {
 			s.clearFailedPause(b.id) // a later gone answer is a deletion again
 			return nil
 		case !overloaded:
-			return b.failed(ctx, se, err)
+			return b.failed(ctx, se, err, sent)
 		case others > 0:
 			// Our own concurrency explains the overload: the limiter now
 			// holds this request back until a slot frees, which is when
@@ -206,8 +209,9 @@ func otherPauses(n int) string {
 }
 
 // failed classifies a pause request that failed other than by overload:
-// err, and se when it is a non-2xx answer.
-func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error {
+// err, and se when it is a non-2xx answer; sent is when it was sent, as
+// the check listings count (runningChecks.sending).
+func (b *sandbox) failed(ctx context.Context, se *StatusError, err error, sent uint64) error {
 	gone := b.src.cfg.gone
 	if se != nil && !slices.Contains(gone, se.StatusCode) {
 		if kerr := b.src.keyRefusal(se, "pause "+b.id); kerr != nil {
@@ -250,7 +254,7 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error 
 		if prev := b.src.failedPause(b.id); prev != nil {
 			return backoff.Permanent(lostAfter(b.id, prev, se))
 		}
-		if err := b.stillListed(ctx, se); err != nil {
+		if err := b.stillListed(ctx, se, sent); err != nil {
 			return err
 		}
 	}
@@ -259,20 +263,174 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error 
 
 // stillListed returns the transient error of se, a gone answer to the
 // pause of a sandbox the listing still shows running, or nil when it no
-// longer does (gone), or cannot say (its listing failed: the answer
-// stands). A pause path the server does not have (a typo, a proxy that
-// routes only the listing) answers every pause 404: taken for gone, every
-// sandbox was vanished, listed running at every pass, and the Report said
-// none lost while SIGKILL took them all (docs/faults.md row 1763). A
-// sandbox being deleted (AgentENV lists one being killed running) is gone
-// at a retry, once the listing no longer shows it.
-func (b *sandbox) stillListed(ctx context.Context, se *StatusError) error {
-	ids, err := b.src.RunningIDs(ctx)
-	if err != nil || !slices.Contains(ids, b.id) {
+// longer does (gone). A pause path the server does not have (a typo, a
+// proxy that routes only the listing) answers every pause 404: taken for
+// gone, every sandbox was vanished, listed running at every pass, and the
+// Report said none lost while SIGKILL took them all (docs/faults.md row
+// 1763). A sandbox being deleted (AgentENV lists one being killed running)
+// is gone at a retry, once the listing no longer shows it.
+//
+// Which listing: for a sandbox's first gone answer, the one that gave it
+// (List), which listed it running before its pause was sent, and then
+// makes no request: the answer is transient, as one still listed is (a
+// sandbox being deleted, listed running until it is gone, is retried
+// either way). For a later one, or a sandbox no listing gave
+// (Source.Sandbox), a listing made since the answer before (or since the
+// pause was sent, sent) decides, one the gone answers share
+// (runningChecks). One each, a wrong pause path made a listing of every
+// page per pause, 149 listings in 20 s for 200 sandboxes behind AgentENV's
+// double, one at a time only because the pauses were, and a server
+// limiting its rate answered them 429 (docs/faults.md row 2161). A listing
+// that fails transiently (429, 5xx, no answer, its context's end) leaves
+// the answer undecided, transient, and a retry lists again: taken for
+// gone, a sandbox whose check a 429 or the deadline cut was vanished, 199
+// of 200 with a wrong path behind a rate limit. One that fails permanently
+// (a server with no listing) can never say: the answer stands.
+func (b *sandbox) stillListed(ctx context.Context, se *StatusError, sent uint64) error {
+	s := b.src
+	after, answered := s.goneBefore(b.id)
+	defer s.noteGone(b.id)
+	if !answered && b.listed {
+		return fmt.Errorf("%w (yet listed running by the listing that gave it, before its pause: not known gone; %s)", se, s.wrongPath())
+	}
+	if !answered {
+		after = sent
+	}
+	running, err := s.checks.since(ctx, after, s.RunningIDs)
+	switch {
+	case err != nil && errors.As(err, new(*backoff.PermanentError)):
+		return nil // no listing will say: the answer stands
+	case err != nil:
+		return fmt.Errorf("%w (undecided, listing again failed: %v; %s)", se, err, s.wrongPath())
+	case !running[b.id]:
 		return nil
 	}
-	return fmt.Errorf("%w (yet still listed running: not gone; a pause path the server does not have, Config.PausePath %q, or a sandbox being deleted: retry)",
-		se, b.src.cfg.pausePath)
+	return fmt.Errorf("%w (yet still listed running: not gone; %s)", se, s.wrongPath())
+}
+
+// wrongPath says what a gone answer for a sandbox listed running is.
+func (s *Source) wrongPath() string {
+	return fmt.Sprintf("a pause path the server does not have, Config.PausePath %q, or a sandbox being deleted: retry", s.cfg.pausePath)
+}
+
+// goneBefore returns the count of check listings started (runningChecks)
+// when the sandbox's last gone answer was settled, and whether it had one.
+func (s *Source) goneBefore(id string) (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.goneAt[id]
+	return n, ok
+}
+
+// noteGone records that a gone answer for the sandbox was settled now: its
+// next one takes a listing started after this (stillListed).
+func (s *Source) noteGone(id string) {
+	n := s.checks.sending()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.goneAt[id] = n
+}
+
+// runningChecks are the listings that settle gone answers (stillListed),
+// one at a time, each shared by every answer to a pause sent before it
+// started. They are counted: a pause notes the count as it is sent
+// (sending), and a listing numbered above it was made since.
+type runningChecks struct {
+	mu      sync.Mutex
+	started uint64        // listings started
+	last    *runningCheck // the last one started; nil before the first
+}
+
+// A runningCheck is one listing of runningChecks: the IDs it listed
+// running, or its error, once done is closed.
+type runningCheck struct {
+	n       uint64
+	done    chan struct{}
+	running map[string]bool
+	err     error
+}
+
+// sending returns the number of listings started: the value a pause sent
+// now passes to since.
+func (c *runningChecks) sending() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.started
+}
+
+// since returns what a listing started after sent (a count sending
+// returned) listed running: the one in progress or done, if it started
+// after; otherwise the next, started with list once the one in progress,
+// if any, has ended, and made by ctx's deadline (shared). It returns
+// ctx's error when ctx ends first.
+func (c *runningChecks) since(ctx context.Context, sent uint64, list func(context.Context) ([]string, error)) (map[string]bool, error) {
+	for {
+		c.mu.Lock()
+		l := c.last
+		switch {
+		case l != nil && l.n > sent:
+			c.mu.Unlock()
+			return l.wait(ctx)
+		case l != nil && !l.ended():
+			c.mu.Unlock()
+			if _, err := l.wait(ctx); ctx.Err() != nil {
+				return nil, err
+			}
+			continue // a listing made since comes next
+		}
+		c.started++
+		l = &runningCheck{n: c.started, done: make(chan struct{})}
+		c.last = l
+		c.mu.Unlock()
+		go l.run(shared(ctx), list)
+		return l.wait(ctx)
+	}
+}
+
+// shared returns the context of a listing ctx's caller starts for others
+// too: ctx's deadline and values, not its cancellation. Cancelled (its
+// sandbox's Preserve given up, a Force), ctx would cut the listing every
+// other gone answer waits for, which would then make another. With no
+// deadline it is ctx itself: the listing ends with the list timeout, if
+// any, and nothing else.
+func shared(ctx context.Context) context.Context {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ctx
+	}
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
+	context.AfterFunc(sctx, cancel)
+	return sctx
+}
+
+// run makes the listing with list and records what it listed running.
+func (l *runningCheck) run(ctx context.Context, list func(context.Context) ([]string, error)) {
+	ids, err := list(ctx)
+	l.running, l.err = make(map[string]bool, len(ids)), err
+	for _, id := range ids {
+		l.running[id] = true
+	}
+	close(l.done)
+}
+
+// wait waits for the listing and returns its result, or ctx's error.
+func (l *runningCheck) wait(ctx context.Context) (map[string]bool, error) {
+	select {
+	case <-l.done:
+		return l.running, l.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a listing: %w", context.Cause(ctx))
+	}
+}
+
+// ended reports whether the listing is done.
+func (l *runningCheck) ended() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // lostAfter is the error of a gone answer se to a pause of the sandbox id

@@ -393,7 +393,10 @@ func (c Config) resolve() config {
 // status is a permanent error, the sandbox Failed in the Report, never
 // Vanished; nor is a gone status for a sandbox a listing made then still
 // shows running (a pause path the server does not have answers every
-// pause 404): it is transient, and its error names Config.PausePath;
+// pause 404): it is transient, and its error names Config.PausePath (a
+// sandbox's first gone answer is settled by the listing that gave it; a
+// later one by a listing made since, one the gone answers share, made one
+// at a time; one that fails transiently leaves the answer transient);
 // 408, 429, 5xx and connection errors are transient;
 // any other 4xx is wrapped in backoff.Permanent. A 409 Conflict is settled
 // by listing again: no longer listed running means pause.ErrGone (already
@@ -478,6 +481,9 @@ type Source struct {
 	lastOverload *StatusError       // the last overload answer to a pause: why the limit is low
 	keyRefused   map[string]uint64  // per chain of requests, its last refusal of Config.APIKeyFile's key (see keyRefusal)
 
+	checks runningChecks     // the listings that settle gone answers to pauses (stillListed)
+	goneAt map[string]uint64 // per sandbox, checks.sending() when its last gone answer was settled
+
 	badRetryAfter logonce.Failures // Retry-After values ignored, so that one a server repeats is logged once
 }
 
@@ -516,7 +522,7 @@ func New(baseURL string, c Config) (*Source, error) {
 		cfg.mp = otel.GetMeterProvider()
 	}
 	s := &Source{cfg: cfg, base: base, lim: newLimiter(cfg.maxInFlight), notBefore: map[string]holdOff{}, pauseFailed: map[string]error{},
-		keyRefused: map[string]uint64{}}
+		keyRefused: map[string]uint64{}, goneAt: map[string]uint64{}}
 	s.listURL = s.resolve(cfg.listPath)
 	if cfg.fallbackList != "" {
 		s.fallbackURL = s.resolve(cfg.fallbackList)
@@ -636,9 +642,9 @@ func (s *Source) List(ctx context.Context) ([]pause.Sandbox, error) {
 	out := make([]pause.Sandbox, len(items))
 	for i, it := range items {
 		if it.size > 0 {
-			out[i] = &sizedSandbox{sandbox{src: s, id: it.id, state: it.state}, it.size}
+			out[i] = &sizedSandbox{sandbox{src: s, id: it.id, state: it.state, listed: true}, it.size}
 		} else {
-			out[i] = &sandbox{src: s, id: it.id, state: it.state}
+			out[i] = &sandbox{src: s, id: it.id, state: it.state, listed: true}
 		}
 	}
 	return out, err
