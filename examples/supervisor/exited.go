@@ -57,7 +57,10 @@ type lastListing struct {
 // an incomplete listing of the paused ones did not reach is listed, as
 // notPaused lists it (drain's count is never fewer than it knows run), and
 // recorded as not reached: it is paused, most likely, and what the last
-// listing said of it stands.
+// listing said of it stands. A listing a readiness probe's end cut
+// (errProbeGaveUp) is not recorded: it says nothing of the server, and
+// recorded INCOMPLETE, its error "context canceled" became the note of a
+// server that then exited on its own (docs/faults.md row 2162).
 func (r *recorder) List(ctx context.Context) ([]pause.Sandbox, error) {
 	var sbs []pause.Sandbox
 	var unreached map[string]bool
@@ -67,7 +70,7 @@ func (r *recorder) List(ctx context.Context) ([]pause.Sandbox, error) {
 	} else {
 		sbs, err = r.list.List(ctx)
 	}
-	if err == nil || len(sbs) > 0 {
+	if (err == nil || len(sbs) > 0) && !errors.Is(context.Cause(ctx), errProbeGaveUp) {
 		ids := slices.DeleteFunc(sandboxIDs(sbs), func(id string) bool { return unreached[id] })
 		r.record(ids, err)
 	}

@@ -125,6 +125,7 @@ type supervisor struct {
 	sweepWin     sweepWindow                 // the final sweep's layout in the server step (serverStep.Tighten)
 	keyRefused   logonce.Failures            // the listings refused 401 or 403 since one succeeded, by status
 	notReady     logonce.Failures            // readiness's other failed listings since one succeeded (logNotReady)
+	probeGaveUp  logonce.Failures            // readiness listings its probe's end cut since one answered (logProbeGaveUp)
 	lastUblk     atomic.Pointer[ublk.Report] // the daemon step's last account (holdWhileDaemonServes)
 	hooksOpen    atomic.Int32                // preStop requests the drainer has not answered yet (hookRoutes)
 	// daemonStopping is set once a teardown of the daemon began (stopDaemon):
@@ -1256,6 +1257,24 @@ func (readyCut) Error() string {
 }
 func (readyCut) Unwrap() error { return context.DeadlineExceeded }
 
+// errProbeGaveUp is the cause of a readiness listing cut because the
+// probe that asked for it closed its connection: the kubelet's probe
+// timeout (timeoutSeconds, 1 s unless set) ended first. Said as "its
+// context ended" alone, or not at all, it could not be told from the
+// server's failure, and a pod whose probes all ended so never turned
+// Ready with no line saying why (docs/faults.md row 2162).
+var errProbeGaveUp = errors.New("the readiness probe gave up: its connection closed before the server's listing answered")
+
+// probeContext returns the context of the listing a probe's request
+// context req asks for: ended, when req ends, with errProbeGaveUp as its
+// cause, which httpsource's error names and recorder tells from a
+// listing's own failure. The request's own cancellation carries no cause.
+func probeContext(req context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(req))
+	stop := context.AfterFunc(req, func() { cancel(errProbeGaveUp) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
 // ready answers 200 when the server answers its list within readyTimeout,
 // 503 otherwise.
 func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
@@ -1263,15 +1282,23 @@ func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, *msg, http.StatusServiceUnavailable)
 		return
 	}
-	ctx, cancel := context.WithTimeoutCause(r.Context(), readyTimeout, readyCut{})
+	start := time.Now()
+	probe, ended := probeContext(r.Context())
+	defer ended()
+	ctx, cancel := context.WithTimeoutCause(probe, readyTimeout, readyCut{})
 	defer cancel()
 	if _, err := s.counted.RunningIDs(ctx); err != nil {
-		if !s.logKeyRefused(err) && r.Context().Err() == nil {
+		switch {
+		case s.logKeyRefused(err):
+		case errors.Is(context.Cause(ctx), errProbeGaveUp):
+			s.logProbeGaveUp(err, time.Since(start))
+		default:
 			s.logNotReady(err)
 		}
 		http.Error(w, "server not answering: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	s.probeGaveUp.OK()
 	if s.keyRefused.OK() > 0 {
 		s.log.Info("supervisor: the server accepts the API key again: readiness lists its sandboxes")
 	}
@@ -1298,6 +1325,18 @@ func (s *supervisor) logNotReady(err error) {
 	if news, n := s.notReady.Fail(what); news {
 		s.log.Warn("supervisor: the server's listing failed: not ready (/readyz 503) until it answers (logged once per failure)",
 			"err", err, "failures", n)
+	}
+}
+
+// logProbeGaveUp logs at Warn a readiness listing err that the probe's
+// end cut after waited, once until a probe gets its answer: not the
+// server's failure (logNotReady's), but a probe whose timeout is shorter
+// than the server's listing, which the kubelet counts failed.
+func (s *supervisor) logProbeGaveUp(err error, waited time.Duration) {
+	if news, _ := s.probeGaveUp.Fail("gave up"); news {
+		s.log.Warn(fmt.Sprintf("supervisor: the readiness probe gave up before the server's listing answered: not ready by the kubelet's count, "+
+			"not a failure of the server's; set the probe's timeoutSeconds above /readyz's %v limit (logged once until a probe gets its answer)", readyTimeout),
+			"waited", waited, "err", err)
 	}
 }
 
