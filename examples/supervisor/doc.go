@@ -38,7 +38,8 @@
 //	-daemon-socket PATH or: the server's own ublk daemon, found by the peer
 //	                    credentials of its socket among the server's
 //	                    descendants, stopped last over that socket
-//	-report FILE        where to write the JSON Report at exit
+//	-report FILE        where to write the JSON Report at exit; held
+//	                    (flock on FILE.lock) from the start to the exit
 //	-termination-log FILE  the drain's summary at exit (default:
 //	                    $DRAINKIT_TERMINATION_LOG, else /dev/termination-log
 //	                    if it exists)
@@ -189,7 +190,8 @@
 // exits 2 for bad usage, what the command line says (a flag it refuses:
 // unknown, mistyped, out of range; no "--"; a -hook-listen off loopback
 // with no SUPERVISOR_HOOK_SECRET, or on -listen's port; a directory named
-// where a file is read or written, a file named as -state-dir; a -grace the
+// where a file is read or written, a file named as -state-dir; a -report
+// another running supervisor holds, named; a -grace the
 // plan does not fit in; a file that reads but holds what is refused), 1 for
 // what the machine refused (a child's command not found, a listener held,
 // an -api-key-file, -kubelet-config or -ublk-kernel @FILE it cannot read, a

@@ -22,6 +22,7 @@ import (
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/listenaddr"
 	"github.com/drainkit/drainkit/internal/startsig"
+	"github.com/drainkit/drainkit/internal/statedir"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -62,8 +63,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		return 0
 	}
 	var sup *supervisor
+	var report *statedir.Lock
 	if err == nil {
 		err = checkOutputs(cfg)
+	}
+	if err == nil {
+		report, err = holdReport(cfg.report, slog.New(slog.NewTextHandler(stderr, nil)))
+		defer report.Release() // held until the exit: its Report is written last
 	}
 	if err == nil {
 		sup, err = newSupervisor(cfg, stderr)
@@ -126,6 +132,36 @@ func checkOutputs(cfg config) error {
 		return err
 	}
 	return nil
+}
+
+// holdReport takes the lock of the -report file report (flock on
+// FILE.lock beside it, statedir's) for the supervisor to hold until it
+// exits, nil with no -report. Two supervisors given one -report (two
+// containers of a pod mounting one volume) both drained at the pod's
+// deletion and wrote their accounts over each other's, the last rename
+// winning, in silence (docs/faults.md row 2163): the second one's start
+// fails instead, naming the holder, as bad usage. The kernel releases the
+// lock when its holder exits, however it exits. A file system that
+// refuses flock (ENOLCK, EOPNOTSUPP: some network and FUSE ones) cannot
+// tell: said at WARN, and the start goes on.
+func holdReport(report string, logger *slog.Logger) (*statedir.Lock, error) {
+	if report == "" {
+		return nil, nil
+	}
+	lock, err := statedir.TryAcquire(filepath.Dir(report), statedir.Config{File: filepath.Base(report) + ".lock"})
+	var held *statedir.HeldError
+	switch {
+	case errors.As(err, &held):
+		return nil, fmt.Errorf("-report %s: another supervisor writes its Report there, %s (its lock %s): given one file, each would write its account over the other's; give each its own -report",
+			report, held.Holder, held.Path)
+	case errors.Is(err, syscall.ENOLCK), errors.Is(err, syscall.EOPNOTSUPP):
+		logger.Warn("supervisor: -report's file system refuses flock: another supervisor given the same -report is not found at the start",
+			"report", report, "err", err)
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("-report %s: %w", report, err)
+	}
+	return lock, nil
 }
 
 // writeStartFailed says why the supervisor could not start with err, so no
