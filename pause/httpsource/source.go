@@ -621,7 +621,10 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 // with the fields the server sent). Only a listing in which no element has
 // an ID, running or not, the mark of a wrong Config.IDField or not a
 // listing of sandboxes, is an error; so is an answer that says more pages
-// follow than the Source follows (see Config.PageTokenHeader).
+// follow than the Source follows (see Config.PageTokenHeader). An answer
+// that is not JSON of the configured shape is a permanent error, but one
+// that ended mid-body (the start of a JSON document: a connection closed
+// before the end of a body the close delimits) is transient.
 //
 // A page after the first that fails (its request, or an answer that is no
 // listing: AgentENV's GET /v2/sandboxes answering page 2 with a 503)
@@ -755,7 +758,11 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 		}
 		s.keyAccepted(listChain)
 		items, err := s.parse(body, page, &ids)
-		if err != nil {
+		switch {
+		case err != nil && cutShort(body, err):
+			return s.partial(out, page, ids, target, fmt.Errorf("httpsource: list %s: the answer ended mid-body, after %d bytes (its connection closed before the end of a body the close delimits): %w",
+				redact(u), len(body), err))
+		case err != nil:
 			return s.partial(out, page, ids, target, backoff.Permanent(fmt.Errorf("httpsource: list %s: %w", redact(u), err)))
 		}
 		for _, it := range items {
@@ -1198,6 +1205,20 @@ func (s *Source) parse(body []byte, page int, ids *listingIDs) ([]item, error) {
 		}
 	}
 	return items, nil
+}
+
+// cutShort reports whether err, parse's error for body, says body is the
+// start of a JSON document that ended before the document did: an answer
+// cut (its connection closed mid-body, a body the close delimits, with no
+// Content-Length nor chunks to tell), transient, not one of another shape,
+// which is permanent. Read as permanent, one cut listing ended a
+// Preserver's listings, its Report Unknown and no sandbox preserved
+// (docs/faults.md row 2164). An empty body is no start of anything: a
+// path that answers 200 with none is not a listing.
+func cutShort(body []byte, err error) bool {
+	var se *json.SyntaxError
+	return len(bytes.TrimSpace(body)) > 0 && errors.As(err, &se) && se.Offset == int64(len(body)) &&
+		strings.HasSuffix(se.Error(), "unexpected end of JSON input")
 }
 
 // size reads an element's size field in bytes: positive, or 0 (unknown).

@@ -1,0 +1,94 @@
+package httpsource
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/pause"
+)
+
+// Fault: a listing whose answer ended mid-body (a connection closed before
+// the end of a body the close delimits: no Content-Length, not chunked, as
+// an HTTP/1.0 proxy in front of the server sends it) was read as an answer
+// of another shape ("want an array of objects: unexpected end of JSON
+// input"), a permanent error: the Preserver listed no more, its Report
+// Unknown, no sandbox preserved, where the next listing would have
+// answered. A body that is the start of a JSON document is now a cut
+// answer, transient, and the listing is made again. Over loopback, a
+// server answering its first listing cut after 37 bytes, then whole:
+//
+//	before: Unknown, 0 preserved, ListErr "unexpected end of JSON input"
+//	now:    the listing made again: 2 of 2 preserved
+func TestAListingAnswerCutMidBodyIsListedAgain(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	var listings, pauses atomic.Int64
+	var paused sync.Map // sandboxID: true once its pause was answered
+	go serveCloseDelimited(ln, func(req *http.Request) string {
+		if req.Method == http.MethodPost {
+			pauses.Add(1)
+			paused.Store(strings.Split(req.URL.Path, "/")[2], true)
+			return "HTTP/1.1 204 No Content\r\n\r\n"
+		}
+		var elems []string
+		for _, id := range []string{"a", "b"} {
+			state := "running"
+			if _, ok := paused.Load(id); ok {
+				state = "paused"
+			}
+			elems = append(elems, fmt.Sprintf(`{"sandboxID":%q,"state":%q}`, id, state))
+		}
+		listing := "[" + strings.Join(elems, ",") + "]"
+		answer := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n" + listing
+		if listings.Add(1) == 1 {
+			return answer[:len(answer)-len(listing)+37] // cut after the first element and its comma
+		}
+		return answer
+	})
+	src, err := New("http://"+ln.Addr().String(), AgentENV())
+	require.NoError(t, err)
+	_, err = src.List(t.Context())
+	require.Error(t, err)
+	assert.False(t, isPermanent(err), "a cut answer, not one of another shape: %v", err)
+	assert.Contains(t, err.Error(), "ended mid-body")
+
+	listings.Store(0)
+	p, err := pause.New(src, pause.Config{})
+	require.NoError(t, err)
+	rep := p.Run(ctxWithDeadline(t, 10*time.Second), time.Time{})
+
+	assert.False(t, rep.Unknown, rep.ListErr)
+	assert.Equal(t, 2, rep.Counts[pause.Preserved], "%v", rep.Entries)
+	assert.Equal(t, int64(2), pauses.Load())
+}
+
+// serveCloseDelimited answers each connection's first request on ln with
+// what answer returns, written as it is, then closes the connection: a body
+// without a length ends with the close.
+func serveCloseDelimited(ln net.Listener, answer func(*http.Request) string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			req, err := http.ReadRequest(bufio.NewReader(c))
+			if err != nil {
+				return
+			}
+			fmt.Fprint(c, answer(req))
+		}()
+	}
+}
