@@ -1,6 +1,7 @@
 package httpsource
 
 import (
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -125,3 +126,38 @@ func (l *listingLimit) take() bool {
 }
 
 func (l *listingLimit) stop() { close(l.done) }
+
+// With gone answers settled so, a sandbox's first gone answer lists nothing,
+// unless no retry may follow: a sandbox deleted by its user as the phase
+// ends, its 404 coming past the phase deadline, is settled by a listing
+// then, gone, not failed for a retry that is never sent. In virtual time:
+//
+//	0 s    the pass lists a running; its user deletes it; its pause is slow
+//	10 s   the phase deadline
+//	12 s   404: listed no more, vanished
+func TestAGoneAnswerPastThePhaseDeadlineIsSettledByAListing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var listings atomic.Int64
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+			if listings.Add(1) == 1 {
+				fmt.Fprint(w, `[{"id":"a","state":"running"}]`)
+				return
+			}
+			fmt.Fprint(w, `[]`)
+		})
+		mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(12 * time.Second)
+			http.Error(w, `{"message":"sandbox a not found"}`, http.StatusNotFound)
+		})
+		p, err := pause.New(inProcess(t, mux, Config{}), pause.Config{})
+		require.NoError(t, err)
+		start := time.Now()
+
+		rep := p.Run(ctxWithDeadline(t, 10*time.Second), start.Add(20*time.Second))
+
+		e := entry(t, rep, "a")
+		assert.Equal(t, pause.Vanished, e.Outcome, e.Error)
+		assert.Equal(t, int64(2), listings.Load(), "the pass's, and the one that settled the 404")
+	})
+}

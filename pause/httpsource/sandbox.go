@@ -274,7 +274,7 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error, sent u
 // (List), which listed it running before its pause was sent, and then
 // makes no request: the answer is transient, as one still listed is (a
 // sandbox being deleted, listed running until it is gone, is retried
-// either way). For a later one, or a sandbox no listing gave
+// either way), unless no retry may be sent any more (mayRetry). For a later one, or a sandbox no listing gave
 // (Source.Sandbox), a listing made since the answer before (or since the
 // pause was sent, sent) decides, one the gone answers share
 // (runningChecks). One each, a wrong pause path made a listing of every
@@ -290,7 +290,7 @@ func (b *sandbox) stillListed(ctx context.Context, se *StatusError, sent uint64)
 	s := b.src
 	after, answered := s.goneBefore(b.id)
 	defer s.noteGone(b.id)
-	if !answered && b.listed {
+	if !answered && b.listed && mayRetry(ctx) {
 		return fmt.Errorf("%w (yet listed running by the listing that gave it, before its pause: not known gone; %s)", se, s.wrongPath())
 	}
 	if !answered {
@@ -306,6 +306,15 @@ func (b *sandbox) stillListed(ctx context.Context, se *StatusError, sent uint64)
 		return nil
 	}
 	return fmt.Errorf("%w (yet still listed running: not gone; %s)", se, s.wrongPath())
+}
+
+// mayRetry reports whether a pause under ctx may still be sent again: not
+// past sendBy. One that may not is settled by a listing at its first gone
+// answer, as a sandbox being deleted as the phase ends is gone, not
+// failed.
+func mayRetry(ctx context.Context) bool {
+	by, ok := sendBy(ctx)
+	return !ok || time.Now().Before(by)
 }
 
 // wrongPath says what a gone answer for a sandbox listed running is.
