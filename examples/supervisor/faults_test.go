@@ -137,7 +137,7 @@ func TestReportThatCannotBeWrittenMakesTheSupervisorExitNonZero(t *testing.T) {
 	ctx := t.Context()
 	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/healthz") == 200 }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return get(ctx, "http://"+api+"/healthz") != 0 }, 10*time.Second, 20*time.Millisecond)
-	require.NoError(t, os.Remove(reports))
+	require.NoError(t, os.RemoveAll(reports))             // with the lock file of -report the supervisor holds
 	require.NoError(t, os.WriteFile(reports, nil, 0o644)) // the Report's directory is no directory now
 
 	sup.signal(t, syscall.SIGTERM)
