@@ -12,12 +12,15 @@ import (
 )
 
 // A Child is a real child process in a container of its own, as the
-// kubelet's container runs: a cgroup of the pids hierarchy where this
-// process may make one (root, cgroup v1), which every process the child
-// starts is in, whatever process group or session it moves to; and a
-// process group of its own. Kill SIGKILLs the whole container, as the
-// container runtime's SIGKILL takes the whole container cgroup (daemons,
-// VMMs and runsc commands included); and when the child exits, whatever is
+// kubelet's container runs: a cgroup where this process may make one
+// (root), which every process the child starts is in, whatever process
+// group or session it moves to: cgroup v2's where it is mounted (a pure
+// v2 node, or the unified mount beside v1's) and the kernel forks into it
+// (Linux 5.7), else cgroup v1's pids hierarchy; and a process group of
+// its own. Kill SIGKILLs the whole container, as the container runtime's
+// SIGKILL takes the whole container cgroup (daemons, VMMs and runsc
+// commands included): on v2 with cgroup.kill (Linux 5.14), or frozen and
+// each process SIGKILLed, as runc does; and when the child exits, whatever is
 // left of it is killed, as a container stops with its main process (its
 // PID namespace ends). Without a cgroup, the container is the process
 // group alone: a process that left it (setsid, a double fork, a group of
@@ -30,13 +33,17 @@ type Child struct {
 }
 
 // Start starts cmd in a container of its own and reaps it when it exits.
-func Start(cmd *exec.Cmd) (*Child, error) {
+func Start(cmd *exec.Cmd) (*Child, error) { return start(cmd, hierarchies()) }
+
+// start starts cmd in a container of its own, a cgroup in the first of hs
+// where one can be made.
+func start(cmd *exec.Cmd, hs []hierarchy) (*Child, error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
 	c := &Child{Cmd: cmd, exited: make(chan struct{})}
-	ct, err := startContained(cmd, func(err error) {
+	ct, err := startContained(hs, cmd, func(err error) {
 		c.err = err
 		close(c.exited)
 	})

@@ -5,64 +5,214 @@ package kubeletsim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// pidsRoot is where cgroup v1's pids hierarchy is mounted. A container
-// runtime kills a container through its cgroup; the pids controller is
-// the one that needs no limits set to track every process.
-const pidsRoot = "/sys/fs/cgroup/pids"
-
 // containers numbers the cgroups this process makes.
 var containers atomic.Uint64
+
+// A hierarchy is a cgroup hierarchy a container can be made in: cgroup
+// v2's, where containerd and runc make a container's cgroup on most
+// nodes today, or cgroup v1's pids hierarchy, the one v1 controller that
+// tracks every process with no limit set.
+type hierarchy struct {
+	v2 bool
+	// parent is this process's own cgroup in the hierarchy, as a
+	// directory: the container's cgroup is made below it.
+	parent string
+	// freeze, in v2, kills the container as runc does on a kernel without
+	// cgroup.kill (before Linux 5.14): frozen first, so that none of its
+	// processes forks between the read of cgroup.procs and the SIGKILLs.
+	// Tests set it; otherwise only a missing cgroup.kill chooses it.
+	freeze bool
+}
+
+func (h hierarchy) String() string {
+	if h.v2 {
+		return "cgroup v2 at " + h.parent
+	}
+	return "cgroup v1 pids at " + h.parent
+}
+
+// hierarchies returns the hierarchies this process's container can be
+// made in, the one a container runtime would use first: cgroup v2 where
+// it is mounted (a pure v2 /sys/fs/cgroup, or the unified mount beside
+// v1's) and the kernel starts a process in a v2 cgroup, then v1's pids.
+// None where /proc/self/mountinfo or /proc/self/cgroup cannot be read.
+func hierarchies() []hierarchy {
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil
+	}
+	return findHierarchies(string(mountinfo), string(own), cloneIntoCgroup())
+}
+
+// findHierarchies finds in mountinfo (as /proc/self/mountinfo) where the
+// cgroups of own (as /proc/self/cgroup) are: v2's first, if cloneV2.
+func findHierarchies(mountinfo, own string, cloneV2 bool) []hierarchy {
+	v2Path, pidsPath := ownCgroups(own)
+	var v2, v1 []hierarchy
+	for _, line := range strings.Split(mountinfo, "\n") {
+		m, ok := parseMount(line)
+		switch {
+		case !ok:
+		case m.fstype == "cgroup2" && v2Path != "" && cloneV2:
+			if dir, ok := m.dirOf(v2Path); ok {
+				v2 = append(v2, hierarchy{v2: true, parent: dir})
+			}
+		case m.fstype == "cgroup" && slices.Contains(strings.Split(m.options, ","), "pids") && pidsPath != "":
+			if dir, ok := m.dirOf(pidsPath); ok {
+				v1 = append(v1, hierarchy{parent: dir})
+			}
+		}
+	}
+	return append(v2, v1...)
+}
+
+// ownCgroups reads a process's cgroup in v2 ("0::/a/b") and in v1's pids
+// hierarchy ("8:pids:/a/b") from its /proc/PID/cgroup; "" where it is in
+// none.
+func ownCgroups(procCgroup string) (v2, pids string) {
+	for _, line := range strings.Split(procCgroup, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		switch {
+		case len(parts) != 3:
+		case parts[0] == "0" && parts[1] == "":
+			v2 = parts[2]
+		case slices.Contains(strings.Split(parts[1], ","), "pids"):
+			pids = parts[2]
+		}
+	}
+	return v2, pids
+}
+
+// A mount is one line of /proc/self/mountinfo.
+type mount struct {
+	root, point     string // the mounted directory of the file system, and where
+	fstype, options string // its type and its super options
+}
+
+// parseMount reads "36 25 0:31 / /sys/fs/cgroup/pids rw,relatime shared:9 - cgroup cgroup rw,pids".
+func parseMount(line string) (mount, bool) {
+	pre, post, ok := strings.Cut(line, " - ")
+	f, g := strings.Fields(pre), strings.Fields(post)
+	if !ok || len(f) < 5 || len(g) < 3 {
+		return mount{}, false
+	}
+	return mount{root: unescapeMount(f[3]), point: unescapeMount(f[4]), fstype: g[0], options: g[2]}, true
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// dirOf returns the directory of cgroup path in m: none when m mounts a
+// part of the hierarchy path is not in (a container's cgroup namespace
+// shows its own cgroup as /, and m's root then matches it), or when the
+// directory is not there.
+func (m mount) dirOf(path string) (string, bool) {
+	rel, ok := strings.CutPrefix(path, m.root)
+	if !ok || (rel != "" && m.root != "/" && !strings.HasPrefix(rel, "/")) {
+		return "", false
+	}
+	dir := filepath.Join(m.point, rel)
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
+		return "", false
+	}
+	return dir, true
+}
+
+// cloneArgs is clone3's struct clone_args up to its cgroup field
+// (CLONE_ARGS_SIZE_VER2).
+type cloneArgs struct {
+	flags, pidfd, childTID, parentTID, exitSignal, stack, stackSize, tls, setTID, setTIDSize, cgroup uint64
+}
+
+// cloneIntoCgroup reports whether the kernel starts a process in a cgroup
+// v2 of the parent's choosing (clone3's CLONE_INTO_CGROUP, Linux 5.7),
+// the only way to start one in a v2 cgroup with nothing it runs before it
+// is there: v2 moves whole processes, never one thread as v1 does. It
+// asks clone3 for a process in the cgroup of a descriptor no process can
+// have open (above the kernel's largest nr_open), which a kernel that has
+// the flag refuses with EBADF before any process exists; one without it
+// says EINVAL, and a seccomp filter that refuses clone3 (container
+// runtimes' default profiles) ENOSYS: Go's os/exec would then fail every
+// start, with no retry possible (a failed Start closes its pipes).
+func cloneIntoCgroup() bool {
+	args := cloneArgs{flags: unix.CLONE_INTO_CGROUP | unix.CLONE_VM, exitSignal: uint64(unix.SIGCHLD), cgroup: math.MaxInt32}
+	_, _, errno := unix.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args), 0)
+	return errno == unix.EBADF
+}
 
 // A container is the cgroup a Child runs in, as a pod's container runs in
 // one: its processes are every process the child started, in whatever
 // process group or session, however they daemonized.
 type container struct {
-	mu  sync.Mutex
-	dir string // the cgroup's directory; "" once removed, or when none was made
+	mu     sync.Mutex
+	dir    string // the cgroup's directory; "" once removed, or when none was made
+	v2     bool
+	freeze bool // hierarchy.freeze
 }
 
-// startContained starts cmd in a new cgroup of the pids hierarchy, below
-// this process's own, and calls reaped with what Wait returned once the
-// child has exited; then it kills the rest of the container (a container
-// stops when its main process exits). Where no cgroup can be made (not
-// root, no cgroup v1 pids hierarchy) the container is only the child's
-// process group.
-func startContained(cmd *exec.Cmd, reaped func(error)) (*container, error) {
-	own, err := ownPidsCgroup()
-	var dir string
-	if err == nil {
-		dir = filepath.Join(pidsRoot, own, fmt.Sprintf("kubeletsim-%d-%d", os.Getpid(), containers.Add(1)))
-		err = os.Mkdir(dir, 0o755)
-	}
-	if err != nil {
-		return startUncontained(cmd, reaped)
-	}
-	c := &container{dir: dir}
-	started := make(chan startResult, 1)
-	go c.run(cmd, filepath.Join(pidsRoot, own), started, reaped)
-	res := <-started
-	if res.err != nil {
-		_ = removeCgroup(dir)
-		if !res.joined { // a cgroup this process may make but not join
-			return startUncontained(cmd, reaped)
+// startContained starts cmd in a new cgroup below this process's own, in
+// the first of hs where one can be made, and calls reaped with what Wait
+// returned once the child has exited; then it kills the rest of the
+// container (a container stops when its main process exits). Where no
+// cgroup can be made (not root, none of hs) the container is only the
+// child's process group.
+func startContained(hs []hierarchy, cmd *exec.Cmd, reaped func(error)) (*container, error) {
+	for _, h := range hs {
+		dir := filepath.Join(h.parent, fmt.Sprintf("kubeletsim-%d-%d", os.Getpid(), containers.Add(1)))
+		if os.Mkdir(dir, 0o755) != nil {
+			continue
 		}
-		return nil, res.err
+		c := &container{dir: dir, v2: h.v2, freeze: h.freeze}
+		var joined bool
+		var err error
+		if h.v2 {
+			joined, err = c.startV2(cmd, reaped)
+		} else {
+			joined, err = c.startV1(cmd, h.parent, reaped)
+		}
+		if err == nil {
+			return c, nil
+		}
+		_ = removeCgroup(dir)
+		if joined {
+			return nil, err
+		}
 	}
-	return c, nil
+	return startUncontained(cmd, reaped)
 }
 
 // startUncontained starts cmd in no cgroup of its own: its container is
@@ -75,20 +225,50 @@ func startUncontained(cmd *exec.Cmd, reaped func(error)) (*container, error) {
 	return &container{}, nil
 }
 
-// startResult is how run's start went: whether its thread joined the
+// startV2 starts cmd in c's v2 cgroup, forked straight into it
+// (CLONE_INTO_CGROUP). It reports false, and cmd unstarted, where the
+// cgroup cannot be opened.
+func (c *container) startV2(cmd *exec.Cmd, reaped func(error)) (bool, error) {
+	fd, err := unix.Open(c.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	if err := cmd.Start(); err != nil {
+		return true, err
+	}
+	go func() {
+		reaped(cmd.Wait()) // its exit is when it exited, however long the rest takes to die
+		_, _ = c.kill()    // whatever is left dies with the main process
+	}()
+	return true, nil
+}
+
+// startV1 starts cmd in c's v1 cgroup and reaps it in the background. A
+// process is forked into the cgroup of the thread that forks it: the
+// goroutine's thread joins c's cgroup for the fork and goes back to own,
+// its own. It reports false, and cmd unstarted, where the thread cannot
+// join.
+func (c *container) startV1(cmd *exec.Cmd, own string, reaped func(error)) (bool, error) {
+	started := make(chan startResult, 1)
+	go c.runV1(cmd, own, started, reaped)
+	res := <-started
+	return res.joined, res.err
+}
+
+// startResult is how runV1's start went: whether its thread joined the
 // cgroup, and what the start returned.
 type startResult struct {
 	joined bool
 	err    error
 }
 
-// run starts cmd in c's cgroup and waits for it. A process is forked into
-// the cgroup of the thread that forks it: this goroutine's thread joins
-// c's cgroup for the fork and goes back to own, its own. It stays locked
-// until the child has exited, for a Pdeathsig the child may have is bound
-// to the thread that started it; if it could not go back, the thread ends
-// with the goroutine (it is never unlocked).
-func (c *container) run(cmd *exec.Cmd, own string, started chan<- startResult, reaped func(error)) {
+// runV1 starts cmd in c's v1 cgroup and waits for it. Its thread stays
+// locked until the child has exited, for a Pdeathsig the child may have
+// is bound to the thread that started it; if it could not go back, the
+// thread ends with the goroutine (it is never unlocked).
+func (c *container) runV1(cmd *exec.Cmd, own string, started chan<- startResult, reaped func(error)) {
 	runtime.LockOSThread()
 	tid := []byte(strconv.Itoa(unix.Gettid()))
 	if err := os.WriteFile(filepath.Join(c.dir, "tasks"), tid, 0); err != nil {
@@ -108,31 +288,13 @@ func (c *container) run(cmd *exec.Cmd, own string, started chan<- startResult, r
 	}
 }
 
-// ownPidsCgroup returns this process's cgroup in the pids hierarchy.
-func ownPidsCgroup() (string, error) {
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		// 8:pids:/some/path
-		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && parts[1] == "pids" {
-			if _, err := os.Stat(filepath.Join(pidsRoot, parts[2], "tasks")); err != nil {
-				return "", err
-			}
-			return parts[2], nil
-		}
-	}
-	return "", errors.New("kubeletsim: no cgroup v1 pids hierarchy")
-}
-
-// contained reports whether the container is a cgroup of its own, not yet
-// removed: false where none could be made (not root, no cgroup v1 pids
-// hierarchy), the container then the child's process group alone.
-func (c *container) contained() bool {
+// cgroup returns the directory of the container's cgroup: "" once it was
+// removed, or where none could be made (not root, no cgroup hierarchy the
+// simulator can use), the container then the child's process group alone.
+func (c *container) cgroup() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.dir != ""
+	return c.dir
 }
 
 // kill SIGKILLs every process in the container, and removes its cgroup
@@ -144,42 +306,45 @@ func (c *container) kill() (bool, error) {
 	if c.dir == "" {
 		return false, nil
 	}
-	if err := killCgroup(c.dir); err != nil {
+	var err error
+	switch {
+	case !c.v2:
+		err = killUntilEmpty(c.dir, sigkillEach)
+	case c.freeze:
+		err = killFrozen(c.dir)
+	default:
+		err = killV2(c.dir)
+	}
+	if err == nil {
+		err = removeCgroup(c.dir)
+	}
+	if err != nil {
 		return true, err
 	}
 	c.dir = ""
 	return true, nil
 }
 
-// killBound is how long killCgroup keeps killing: a process forks
-// between the read of the cgroup's members and their SIGKILL, so it reads
-// again until the cgroup is empty; the kernel ends a SIGKILLed process at
-// its next run, later on a loaded machine.
+// killBound is how long a kill waits for the cgroup to empty: a process
+// forks between a read of the cgroup's members and their SIGKILL (v1, and
+// v2 unfrozen), so it reads again until the cgroup is empty; the kernel
+// ends a SIGKILLed process at its next run, later on a loaded machine.
 const killBound = 10 * time.Second
 
-// killCgroup SIGKILLs the cgroup's processes until it has none, then
-// removes it.
-func killCgroup(dir string) error {
-	self := os.Getpid()
+// killUntilEmpty reads the processes of the cgroup at dir, its
+// descendants' included, and calls kill with them until there are none,
+// for killBound at most.
+func killUntilEmpty(dir string, kill func(pids []int) error) error {
 	for end := time.Now().Add(killBound); ; {
-		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		pids, err := cgroupPids(dir)
 		if err != nil {
 			return err
 		}
-		var pids []int
-		for _, f := range strings.Fields(string(b)) {
-			// Never this process, whose thread forks the child in the cgroup.
-			if pid, err := strconv.Atoi(f); err == nil && pid != self {
-				pids = append(pids, pid)
-			}
-		}
 		if len(pids) == 0 {
-			return removeCgroup(dir)
+			return nil
 		}
-		for _, pid := range pids {
-			if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return err
-			}
+		if err := kill(pids); err != nil {
+			return err
 		}
 		if time.Now().After(end) {
 			return fmt.Errorf("kubeletsim: %s still has processes %v after SIGKILL for %v", dir, pids, killBound)
@@ -188,10 +353,123 @@ func killCgroup(dir string) error {
 	}
 }
 
-// removeCgroup removes an empty cgroup; it stays busy until the kernel
-// has released its last process, a moment after that process's exit.
+// killV2 has the kernel SIGKILL the whole cgroup, descendants included,
+// none able to fork past it: 1 written to cgroup.kill, as runc does
+// (Linux 5.14). Without cgroup.kill, killFrozen.
+func killV2(dir string) error {
+	err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return killFrozen(dir)
+	}
+	if err != nil {
+		return err
+	}
+	return killUntilEmpty(dir, func([]int) error { return nil }) // dying
+}
+
+// killFrozen SIGKILLs a v2 cgroup's processes as runc does without
+// cgroup.kill: frozen, so that none forks past the read of cgroup.procs,
+// then each SIGKILLed, then thawed (a frozen process dies of SIGKILL
+// too, but the freezer may not have caught one yet).
+func killFrozen(dir string) error {
+	return killUntilEmpty(dir, func([]int) error {
+		if err := freeze(dir); err != nil {
+			return err
+		}
+		pids, err := cgroupPids(dir)
+		if err == nil {
+			err = sigkillEach(pids)
+		}
+		return errors.Join(err, os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("0"), 0))
+	})
+}
+
+// freezeWait bounds the wait for a cgroup to freeze: a process in an
+// uninterruptible sleep (on a dead device) freezes only when it wakes,
+// and the kill goes on without it, as runc's does.
+const freezeWait = time.Second
+
+// freeze freezes the v2 cgroup at dir and waits until its cgroup.events
+// says it is, freezeWait at most.
+func freeze(dir string) error {
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("1"), 0); err != nil {
+		return err
+	}
+	for end := time.Now().Add(freezeWait); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+		if err != nil {
+			return err
+		}
+		if slices.Contains(strings.Split(string(b), "\n"), "frozen 1") {
+			return nil
+		}
+	}
+	return nil
+}
+
+// sigkillEach SIGKILLs each of pids; one already gone is no error.
+func sigkillEach(pids []int) error {
+	for _, pid := range pids {
+		if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+	}
+	return nil
+}
+
+// cgroupPids lists the processes of the cgroup at dir and of its
+// descendants (a runtime the child ran may have made some), never this
+// process, whose thread forks the child in a v1 cgroup.
+func cgroupPids(dir string) ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
+			pids = append(pids, pid)
+		}
+	}
+	subs, err := subCgroups(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, sub := range subs {
+		more, err := cgroupPids(sub)
+		if err != nil && !errors.Is(err, os.ErrNotExist) { // one emptied and removed meanwhile
+			return nil, err
+		}
+		pids = append(pids, more...)
+	}
+	return pids, nil
+}
+
+// subCgroups returns the cgroups right below dir.
+func subCgroups(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	var subs []string
+	for _, e := range entries {
+		if e.IsDir() {
+			subs = append(subs, filepath.Join(dir, e.Name()))
+		}
+	}
+	return subs, err
+}
+
+// removeCgroup removes an empty cgroup and its descendants; each stays
+// busy until the kernel has released its last process, a moment after
+// that process's exit.
 func removeCgroup(dir string) error {
-	var err error
+	subs, err := subCgroups(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, sub := range subs {
+		if err := removeCgroup(sub); err != nil {
+			return err
+		}
+	}
 	for range 1000 {
 		if err = unix.Rmdir(dir); err == nil || errors.Is(err, syscall.ENOENT) {
 			return nil

@@ -4,13 +4,19 @@ package kubeletsim
 
 import "os/exec"
 
+// A hierarchy is a cgroup hierarchy: there is none.
+type hierarchy struct{}
+
+// hierarchies returns none: there are no cgroups.
+func hierarchies() []hierarchy { return nil }
+
 // A container is a Child's process group alone where there are no
 // cgroups.
 type container struct{}
 
 // startContained starts cmd and calls reaped with what Wait returned once
 // it has exited.
-func startContained(cmd *exec.Cmd, reaped func(error)) (*container, error) {
+func startContained(_ []hierarchy, cmd *exec.Cmd, reaped func(error)) (*container, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -21,5 +27,5 @@ func startContained(cmd *exec.Cmd, reaped func(error)) (*container, error) {
 // kill reports false: the caller kills the process group.
 func (*container) kill() (bool, error) { return false, nil }
 
-// contained reports false: there are no cgroups.
-func (*container) contained() bool { return false }
+// cgroup returns "": there are no cgroups.
+func (*container) cgroup() string { return "" }

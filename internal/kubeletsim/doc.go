@@ -6,7 +6,8 @@
 // runs out. It records the timeline.
 //
 // Two kinds of process: a real child (Start, over *exec.Cmd in a cgroup
-// of its own where one can be made, root on cgroup v1, and in its own
+// of its own where one can be made, as root, cgroup v2's or v1's pids
+// hierarchy, found in /proc/self/mountinfo, and in its own
 // process group, so SIGKILL takes its daemons too, those that left the
 // group or daemonized included, as the container runtime kills the
 // container's cgroup; without a cgroup, the process group alone), and an

@@ -490,47 +490,84 @@ func TestHTTPGetHookStatusIsRecordedNotAFailure(t *testing.T) {
 // exits stops with all of it (its PID namespace ends). A process that left
 // the server's process group (setsid, a double-forked daemon, a runsc
 // command in a group of its own) is still in the container and dies too.
-// The simulator SIGKILLed only the process group: both lived on.
+// The simulator SIGKILLed only the process group: both lived on. It does
+// so on either cgroup layout: v1's pids hierarchy, and v2 (most nodes
+// today), killed with cgroup.kill, or frozen and each process SIGKILLed
+// where the kernel has no cgroup.kill (before 5.14), as runc does; on v2
+// it fell back to the process group.
 func TestSIGKILLTakesProcessesThatLeftTheProcessGroup(t *testing.T) {
-	for _, c := range []struct {
-		name       string
-		exitOnTerm bool
+	for _, layout := range []struct {
+		name   string
+		v2     bool
+		freeze bool
 	}{
-		{"killed at the end of the grace", false},
-		{"the server exits on SIGTERM: the container stops", true},
+		{"cgroup v1 pids", false, false},
+		{"cgroup v2, cgroup.kill", true, false},
+		{"cgroup v2 without cgroup.kill: frozen, each SIGKILLed", true, true},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			pidfile := filepath.Join(t.TempDir(), "daemons.pid")
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), roleEnv+"=daemonize", "PIDFILE="+pidfile)
-			if c.exitOnTerm {
-				cmd.Env = append(cmd.Env, "EXIT_ON_TERM=1")
-			}
-			child, err := Start(cmd)
-			require.NoError(t, err)
-			var daemons []int
-			require.Eventually(t, func() bool {
-				daemons = readPIDs(pidfile)
-				return len(daemons) == 2
-			}, 10*time.Second, 10*time.Millisecond)
-			t.Cleanup(func() {
-				for _, pid := range daemons {
-					_ = syscall.Kill(pid, syscall.SIGKILL) // whatever the simulator left
+		for _, c := range []struct {
+			name       string
+			exitOnTerm bool
+		}{
+			{"killed at the end of the grace", false},
+			{"the server exits on SIGTERM: the container stops", true},
+		} {
+			t.Run(layout.name+"/"+c.name, func(t *testing.T) {
+				h := machineHierarchy(t, layout.v2)
+				h.freeze = layout.freeze
+				pidfile := filepath.Join(t.TempDir(), "daemons.pid")
+				cmd := exec.Command(os.Args[0], "-test.run=^$")
+				cmd.Env = append(os.Environ(), roleEnv+"=daemonize", "PIDFILE="+pidfile)
+				if c.exitOnTerm {
+					cmd.Env = append(cmd.Env, "EXIT_ON_TERM=1")
 				}
+				child, err := start(cmd, []hierarchy{h})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+				var daemons []int
+				require.Eventually(t, func() bool {
+					daemons = readPIDs(pidfile)
+					return len(daemons) == 2
+				}, 10*time.Second, 10*time.Millisecond)
+				t.Cleanup(func() {
+					for _, pid := range daemons {
+						_ = syscall.Kill(pid, syscall.SIGKILL) // whatever the simulator left
+					}
+				})
+				dir := child.container.cgroup()
+				require.NotEmpty(t, dir, "the child's container is a cgroup of its own in %v", h)
+				tl, err := Terminate(context.Background(), child, nil, time.Second)
+				require.NoError(t, err)
+				assert.Equal(t, !c.exitOnTerm, tl.Killed)
+				for i, pid := range daemons {
+					assert.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 5*time.Millisecond,
+						"%s (pid %d) died with the container", []string{"the setsid child", "the double-forked daemon"}[i], pid)
+				}
+				assert.NoDirExists(t, dir, "the container's cgroup is removed")
 			})
-			if !child.container.contained() {
-				_ = child.Kill()
-				realpart.Missing(t, "a pids cgroup of the child's own, which its SIGKILL takes whole: needs root and cgroup v1's pids hierarchy (/sys/fs/cgroup/pids)")
-			}
-			tl, err := Terminate(context.Background(), child, nil, time.Second)
-			require.NoError(t, err)
-			assert.Equal(t, !c.exitOnTerm, tl.Killed)
-			for i, pid := range daemons {
-				assert.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 5*time.Millisecond,
-					"%s (pid %d) died with the container", []string{"the setsid child", "the double-forked daemon"}[i], pid)
-			}
-		})
+		}
 	}
+}
+
+// machineHierarchy returns this machine's cgroup hierarchy of the layout
+// asked for, v2 or v1's pids, as Start finds it; where there is none, or
+// the test is not root (who alone may make a cgroup there), the test says
+// what is missing.
+func machineHierarchy(t *testing.T, v2 bool) hierarchy {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "root, to make the child's container a cgroup of its own")
+	}
+	for _, h := range hierarchies() {
+		if h.v2 == v2 {
+			return h
+		}
+	}
+	if v2 {
+		realpart.Missing(t, "cgroup v2 (a cgroup2 mount in /proc/self/mountinfo: a pure v2 /sys/fs/cgroup or the unified mount) and a kernel that forks into a v2 cgroup (clone3's CLONE_INTO_CGROUP, Linux 5.7)")
+	}
+	realpart.Missing(t, "cgroup v1's pids hierarchy (a cgroup mount with the pids controller in /proc/self/mountinfo)")
+	return hierarchy{}
 }
 
 // readPIDs reads the PIDs in file, one a line; none while it is incomplete.
@@ -548,4 +585,45 @@ func readPIDs(file string) []int {
 		pids = append(pids, pid)
 	}
 	return pids
+}
+
+// The container's hierarchy is found where /proc/self/mountinfo says it is
+// mounted, never at a path written in: cgroup v2 on a pure v2 node, the
+// unified mount beside v1's (this machine), a mount of a part of the
+// hierarchy (a container's view), a mount point with a space; v2 first,
+// and only where the kernel forks into a v2 cgroup.
+func TestContainerHierarchiesAreFoundInMountinfo(t *testing.T) {
+	root := t.TempDir()
+	cgroupDir := func(parts ...string) string {
+		dir := filepath.Join(append([]string{root}, parts...)...)
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "cgroup.procs"), nil, 0o644))
+		return dir
+	}
+	pure := cgroupDir("pure", "system.slice", "node.service")
+	unified, pids := cgroupDir("hybrid", "unified", "job"), cgroupDir("hybrid", "pids", "job")
+	part := cgroupDir("part", "ctr")
+	spaced := cgroupDir("with space", "job")
+	for _, c := range []struct {
+		name, mountinfo, own string
+		cloneV2              bool
+		want                 []hierarchy
+	}{
+		{"pure v2", "30 23 0:26 / " + root + "/pure rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n",
+			"0::/system.slice/node.service\n", true, []hierarchy{{v2: true, parent: pure}}},
+		{"v1 with the unified mount", "39 31 0:36 / " + root + "/hybrid/pids rw,relatime - cgroup cgroup rw,pids\n" +
+			"41 31 0:38 / " + root + "/hybrid/unified rw,relatime - cgroup2 cgroup2 rw\n",
+			"8:pids:/job\n1:cpu:/\n0::/job\n", true, []hierarchy{{v2: true, parent: unified}, {parent: pids}}},
+		{"a kernel that cannot fork into a v2 cgroup", "39 31 0:36 / " + root + "/hybrid/pids rw - cgroup cgroup rw,pids\n" +
+			"41 31 0:38 / " + root + "/hybrid/unified rw - cgroup2 cgroup2 rw\n",
+			"8:pids:/job\n0::/job\n", false, []hierarchy{{parent: pids}}},
+		{"a part of the hierarchy mounted", "30 23 0:26 /kubepods/pod1 " + root + "/part rw - cgroup2 cgroup2 rw\n",
+			"0::/kubepods/pod1/ctr\n", true, []hierarchy{{v2: true, parent: part}}},
+		{"a cgroup beside the mounted part", "30 23 0:26 /kubepods/pod1 " + root + "/part rw - cgroup2 cgroup2 rw\n",
+			"0::/kubepods/pod12\n", true, nil},
+		{"a mount point with a space", "30 23 0:26 / " + strings.ReplaceAll(root+"/with space", " ", `\040`) + " rw - cgroup2 cgroup2 rw\n",
+			"0::/job\n", true, []hierarchy{{v2: true, parent: spaced}}},
+	} {
+		assert.Equal(t, c.want, findHierarchies(c.mountinfo, c.own, c.cloneV2), c.name)
+	}
 }
