@@ -41,6 +41,7 @@ type hierarchy struct {
 	freeze bool
 }
 
+// String names the hierarchy and where its parent cgroup is, for a test's message.
 func (h hierarchy) String() string {
 	if h.v2 {
 		return "cgroup v2 at " + h.parent
@@ -49,9 +50,11 @@ func (h hierarchy) String() string {
 }
 
 // hierarchies returns the hierarchies this process's container can be
-// made in, the one a container runtime would use first: cgroup v2 where
-// it is mounted (a pure v2 /sys/fs/cgroup, or the unified mount beside
-// v1's) and the kernel starts a process in a v2 cgroup, then v1's pids.
+// made in, in the order it tries them: cgroup v2 where it is mounted (a
+// pure v2 /sys/fs/cgroup, or the unified mount beside v1's) and the
+// kernel starts a process in a v2 cgroup, as runc kills a container with
+// its cgroup.kill wherever the container has a v2 cgroup (its
+// signalAllProcesses); then v1's pids.
 // None where /proc/self/mountinfo or /proc/self/cgroup cannot be read.
 func hierarchies() []hierarchy {
 	mountinfo, err := os.ReadFile("/proc/self/mountinfo")

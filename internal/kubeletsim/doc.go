@@ -30,4 +30,18 @@
 // hook; then it sends SIGKILL and waits for the exit bounded by ctx.
 // Measured holds the timings the real kubelet showed for the same
 // scenarios; the simulator agrees with them within 0.2 s.
+//
+// Not modelled: the child is not PID 1 of a PID namespace of its own, as a
+// pod's container is. An orphan goes to this machine's init or subreaper,
+// not to the child; a SIGTERM the child has no handler for ends it, where
+// the kernel drops it for a pod's PID 1 (drainkit's servers handle it
+// before they serve, and sandboxd and the gVisor worker put internal/pid1
+// in front of themselves, whose program is no PID 1 either). A process
+// that moves itself out of the container's cgroup outlives the SIGKILL,
+// which a pod's PID namespace would take: runsc, given no cgroupsPath,
+// moves its sandbox and gofer into a cgroup named after the container at
+// the root of each hierarchy it uses, v1's on a host with v1's controllers
+// (there, with the container in cgroup v2, both die with it). An Exec hook
+// runs beside the container, not in it: its process group dies with the
+// container, a process that left the group does not.
 package kubeletsim
