@@ -496,15 +496,7 @@ func TestHTTPGetHookStatusIsRecordedNotAFailure(t *testing.T) {
 // where the kernel has no cgroup.kill (before 5.14), as runc does; on v2
 // it fell back to the process group.
 func TestSIGKILLTakesProcessesThatLeftTheProcessGroup(t *testing.T) {
-	for _, layout := range []struct {
-		name   string
-		v2     bool
-		freeze bool
-	}{
-		{"cgroup v1 pids", false, false},
-		{"cgroup v2, cgroup.kill", true, false},
-		{"cgroup v2 without cgroup.kill: frozen, each SIGKILLed", true, true},
-	} {
+	for _, layout := range containerLayouts {
 		for _, c := range []struct {
 			name       string
 			exitOnTerm bool
@@ -515,37 +507,97 @@ func TestSIGKILLTakesProcessesThatLeftTheProcessGroup(t *testing.T) {
 			t.Run(layout.name+"/"+c.name, func(t *testing.T) {
 				h := machineHierarchy(t, layout.v2)
 				h.freeze = layout.freeze
-				pidfile := filepath.Join(t.TempDir(), "daemons.pid")
-				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), roleEnv+"=daemonize", "PIDFILE="+pidfile)
-				if c.exitOnTerm {
-					cmd.Env = append(cmd.Env, "EXIT_ON_TERM=1")
-				}
-				child, err := start(cmd, []hierarchy{h})
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
-				var daemons []int
-				require.Eventually(t, func() bool {
-					daemons = readPIDs(pidfile)
-					return len(daemons) == 2
-				}, 10*time.Second, 10*time.Millisecond)
-				t.Cleanup(func() {
-					for _, pid := range daemons {
-						_ = syscall.Kill(pid, syscall.SIGKILL) // whatever the simulator left
-					}
-				})
+				child, daemons := startDaemonizing(t, h, c.exitOnTerm)
 				dir := child.container.cgroup()
 				require.NotEmpty(t, dir, "the child's container is a cgroup of its own in %v", h)
 				tl, err := Terminate(context.Background(), child, nil, time.Second)
 				require.NoError(t, err)
 				assert.Equal(t, !c.exitOnTerm, tl.Killed)
-				for i, pid := range daemons {
-					assert.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 5*time.Millisecond,
-						"%s (pid %d) died with the container", []string{"the setsid child", "the double-forked daemon"}[i], pid)
-				}
+				assertDaemonsDied(t, daemons)
 				assert.NoDirExists(t, dir, "the container's cgroup is removed")
 			})
 		}
+	}
+}
+
+// A runtime in the container makes cgroups below the container's and
+// moves processes there (runsc does with a cgroupsPath inside its pod's
+// cgroup namespace; systemd in a container does): they are still the
+// container's, and its SIGKILL takes them, as runc's does (cgroup.kill
+// kills the subtree; without it runc signals every process of the
+// subtree). The simulator read the container's own cgroup.procs alone:
+// they outlived the SIGKILL, and the removal of the container's cgroup,
+// busy with the one below it, failed Kill after its retries.
+func TestSIGKILLTakesProcessesInCgroupsBelowTheContainers(t *testing.T) {
+	for _, layout := range containerLayouts {
+		t.Run(layout.name, func(t *testing.T) {
+			h := machineHierarchy(t, layout.v2)
+			h.freeze = layout.freeze
+			child, daemons := startDaemonizing(t, h, false)
+			dir := child.container.cgroup()
+			require.NotEmpty(t, dir, "the child's container is a cgroup of its own in %v", h)
+			below := filepath.Join(dir, "runtime", "sandbox")
+			require.NoError(t, os.MkdirAll(below, 0o755))
+			for _, pid := range daemons {
+				require.NoError(t, os.WriteFile(filepath.Join(below, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0))
+			}
+			tl, err := Terminate(context.Background(), child, nil, time.Second)
+			require.NoError(t, err)
+			assert.True(t, tl.Killed)
+			assert.NotContains(t, tl.String(), "SIGKILL failed")
+			assertDaemonsDied(t, daemons)
+			assert.NoDirExists(t, dir, "the container's cgroup is removed, the ones below it first")
+		})
+	}
+}
+
+// containerLayouts are the cgroup layouts a Child's container can have:
+// v1's pids hierarchy, v2 killed with cgroup.kill, and v2 killed as on a
+// kernel without cgroup.kill (before 5.14): frozen, each process
+// SIGKILLed, as runc does.
+var containerLayouts = []struct {
+	name   string
+	v2     bool
+	freeze bool
+}{
+	{"cgroup v1 pids", false, false},
+	{"cgroup v2, cgroup.kill", true, false},
+	{"cgroup v2 without cgroup.kill: frozen, each SIGKILLed", true, true},
+}
+
+// startDaemonizing starts the daemonize role in a container in h and
+// returns it and its two daemons (the setsid child, the double-forked
+// one), which the test's cleanup kills if the simulator left them.
+func startDaemonizing(t *testing.T, h hierarchy, exitOnTerm bool) (*Child, []int) {
+	t.Helper()
+	pidfile := filepath.Join(t.TempDir(), "daemons.pid")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=daemonize", "PIDFILE="+pidfile)
+	if exitOnTerm {
+		cmd.Env = append(cmd.Env, "EXIT_ON_TERM=1")
+	}
+	child, err := start(cmd, []hierarchy{h})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	var daemons []int
+	require.Eventually(t, func() bool {
+		daemons = readPIDs(pidfile)
+		return len(daemons) == 2
+	}, 10*time.Second, 10*time.Millisecond)
+	t.Cleanup(func() {
+		for _, pid := range daemons {
+			_ = syscall.Kill(pid, syscall.SIGKILL) // whatever the simulator left
+		}
+	})
+	return child, daemons
+}
+
+// assertDaemonsDied checks that the daemonize role's two daemons died.
+func assertDaemonsDied(t *testing.T, daemons []int) {
+	t.Helper()
+	for i, pid := range daemons {
+		assert.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 5*time.Millisecond,
+			"%s (pid %d) died with the container", []string{"the setsid child", "the double-forked daemon"}[i], pid)
 	}
 }
 
