@@ -198,15 +198,23 @@ func hedgeAfter(start, end time.Time) time.Duration {
 // panics is the Lister's panic, met here, with the sandboxes it returned
 // kept: met later on Run's goroutine (errors.Is, the Report's ListErr),
 // it ended the process.
+//
+// Its recover runs only when the Lister did not return (see returned).
 func (r *run) callList() (list []Sandbox, err error) {
+	returned := false
 	defer func() {
+		if returned {
+			return
+		}
 		if v := recover(); v != nil {
 			list, err = nil, fmt.Errorf("pause: Lister panicked: %v", v)
 			r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: Lister panicked",
 				slog.String("error", err.Error()), slog.String("stack", string(debug.Stack())))
 		}
 	}()
-	if list, err = r.p.list.List(r.ctx); err == nil {
+	list, err = r.p.list.List(r.ctx)
+	returned = true
+	if err == nil {
 		return list, nil
 	}
 	if usererr.IsNil(err) {

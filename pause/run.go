@@ -671,16 +671,23 @@ func (r *run) identify(chunk []Sandbox, pass int, ids []identity, first bool) {
 
 // ident returns the ID of element sb of a listing, or what is wrong with
 // it: nil, an empty ID, or an ID method that panicked (with its stack).
+// Its recover runs only when ID did not return (see returned).
 func ident(sb Sandbox) (id, flaw, stack string) {
 	if sb == nil {
 		return "", "nil Sandbox", ""
 	}
+	returned := false
 	defer func() {
+		if returned {
+			return
+		}
 		if v := recover(); v != nil {
 			id, flaw, stack = "", fmt.Sprintf("panicked: %v", v), string(debug.Stack())
 		}
 	}()
-	if id = sb.ID(); id == "" {
+	id = sb.ID()
+	returned = true
+	if id == "" {
 		return "", "empty ID", ""
 	}
 	return id, "", ""
@@ -688,13 +695,28 @@ func ident(sb Sandbox) (id, flaw, stack string) {
 
 // fillEntry fills e, a zero entry, with the account of a sandbox with a
 // valid ID, or says that one of its methods panicked, with the stack.
+//
+// returned: a deferred function calls recover only when the call it
+// guards did not return, here and in ident, call and callList. recover's
+// own frame (the runtime's, with the unwinder it checks its caller with)
+// is larger than what is left of a goroutine's first 2 KiB under a
+// worker's frames, and calling it on every preserve grew every worker's
+// stack (runtime.newstack, copystack: about a tenth of a Run of 10
+// no-ops' CPU, docs/preserve.md) for the rare panic it catches. A panic
+// or a runtime.Goexit still finds returned false, and recover then does
+// what it did.
 func fillEntry(e *Entry, sb Sandbox, id string, pass int) (flaw, stack string) {
+	returned := false
 	defer func() {
+		if returned {
+			return
+		}
 		if v := recover(); v != nil {
 			flaw, stack = fmt.Sprintf("panicked: %v", v), string(debug.Stack())
 		}
 	}()
 	newEntry(e, sb, id, pass)
+	returned = true
 	return "", ""
 }
 

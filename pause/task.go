@@ -340,6 +340,13 @@ func (t *task) try(ps *pass, sb Sandbox) result {
 	for {
 		t.attempts.Add(1)
 		stack, err := call(ctx, sb, id)
+		if err == nil {
+			// Apart from ended, whose frame (the failures' cases) under
+			// this one passes what a worker's first 2 KiB stack leaves: a
+			// preserve that succeeds grows no worker's stack.
+			r.retryEnded(bo != nil)
+			return result{outcome: Preserved, end: time.Now()}
+		}
 		var res result
 		if r.ended(&res, ctx, stack, err, before) {
 			r.retryEnded(bo != nil)
@@ -482,14 +489,22 @@ func (t *task) retryWait(r *run, ctx context.Context, d time.Duration, err error
 // client's error that reads a field of an answer that never came) is
 // the Preserve's panic, met here: met later, on the worker outside this
 // recover (the Report's entry, errors.Is), it ended the process.
+//
+// Its recover runs only when Preserve did not return (see returned).
 func call(ctx context.Context, sb Sandbox, id string) (stack string, err error) {
+	returned := false
 	defer func() {
+		if returned {
+			return
+		}
 		if v := recover(); v != nil {
 			err = fmt.Errorf("pause: Preserve of %s panicked: %v", id, v)
 			stack = string(debug.Stack())
 		}
 	}()
-	if err = sb.Preserve(ctx); err == nil {
+	err = sb.Preserve(ctx)
+	returned = true
+	if err == nil {
 		return "", nil
 	}
 	if usererr.IsNil(err) { // its name is made only then: no allocation per sandbox
