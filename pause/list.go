@@ -114,7 +114,10 @@ func (r *run) listOnce() ([]Sandbox, error) {
 		}
 	}()
 	hedged := false
-	var failed *listAnswer // a call that failed listing nothing while the other ran
+	// failed is the error of a call that failed listing nothing while the
+	// other ran. An error, not the answer: the address of an answer
+	// received made every answer a heap allocation.
+	var failed error
 	for {
 		select {
 		case a := <-answers:
@@ -122,14 +125,14 @@ func (r *run) listOnce() ([]Sandbox, error) {
 				// The other call still runs: the hung one failing at last (the
 				// kernel giving its connection up) or the second failing says
 				// nothing of it (docs/faults.md row 1495).
-				failed = &a
+				failed = a.err
 				continue
 			}
 			if a.second && a.err == nil {
 				r.rep.ListErr = fmt.Sprintf("pause: a listing had not answered after %v, half the time left to the phase deadline; the one made beside it answered", hedgeAfter(start, end).Round(time.Millisecond))
 			}
 			if failed != nil && a.err != nil && len(a.list) == 0 {
-				return nil, fmt.Errorf("%w; and the call beside it: %w", failed.err, a.err)
+				return nil, fmt.Errorf("%w; and the call beside it: %w", failed, a.err)
 			}
 			return a.list, a.err
 		case <-r.moved:
@@ -159,7 +162,7 @@ func (r *run) listOnce() ([]Sandbox, error) {
 			default:
 			}
 			if failed != nil { // the other never answered: the failure says why
-				return nil, failed.err
+				return nil, failed
 			}
 			return nil, errListAbandoned
 		}

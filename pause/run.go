@@ -24,7 +24,7 @@ type run struct {
 	p     *Preserver
 	cfg   *config
 	ctx   context.Context    // Run's context, carrying the run span
-	work  context.Context    // parent of every Preserve's context: &workCtx
+	work  context.Context    // parent of every Preserve's context: &workCtx, or ctx (contexts)
 	cut   context.CancelFunc // ends the phase and work: at Tighten's hard deadline, and at close
 	span  trace.Span
 	phase time.Time
@@ -193,9 +193,23 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 // Retry-After (httpsource) finds there, with follow.StartBy, the phase
 // deadline past which it must start nothing new, as the Run starts no
 // retry, where its context's Deadline is the hard one.
+//
+// A Run given neither deadline, under a context that nothing can cancel
+// (Done is nil: context.Background, a server's own), has one context for
+// both: only cut can end either, and it ends both at once, so two were
+// the same context twice over, four allocations of a Run's 33 (a cancelCtx
+// and its cancel func, the WithoutCancel, the chained cancel).
 func (r *run) contexts() {
 	r.hardMu.Lock()
 	defer r.hardMu.Unlock()
+	if r.hard.IsZero() && r.ctx.Done() == nil { // no phase deadline either (deadlines)
+		var cut context.CancelFunc
+		r.ctx, cut = context.WithCancel(r.ctx)
+		r.phaseCtx = r.tight.Phase(r.ctx)
+		r.ctx = &r.phaseCtx
+		r.work, r.cut = r.ctx, cut
+		return
+	}
 	var endPhase, cutWork context.CancelFunc
 	if !r.phase.IsZero() {
 		r.ctx, endPhase = context.WithDeadline(r.ctx, r.phase)
