@@ -4,6 +4,7 @@ package ublkctl
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"testing"
 	"testing/synctest"
@@ -33,14 +34,18 @@ type fakeKernel struct {
 	// 0) gets EINVAL, and one naming another node EPERM
 	// (ublk_ctrl_uring_cmd_permission).
 	unprivileged bool
-	sent         []uint32
-	paths        []string // the char device each command named ("" for none)
+	// addAfterEINVAL: another server adds a device under the ID the
+	// kernel has just answered EINVAL for (6.0 and 6.1 to 6.1.42: no such
+	// device), between that answer and the next command.
+	addAfterEINVAL bool
+	sent           []uint32
+	paths          []string // the char device each command named ("" for none)
 }
 
 // control returns a Control whose commands go to k.
 func (k *fakeKernel) control() *Control {
 	c := &Control{pending: map[uint64][]byte{}}
-	c.send = func(ctx context.Context, op uint32, id int, _ []byte, charDev string) (int32, error) {
+	c.send = func(ctx context.Context, op uint32, id int, buf []byte, charDev string) (int32, error) {
 		k.sent, k.paths = append(k.sent, op), append(k.paths, charDev)
 		if k.allAnswers != 0 {
 			return -int32(k.allAnswers), nil
@@ -55,6 +60,9 @@ func (k *fakeKernel) control() *Control {
 			if plainOp(op) == plainOp(cmdDelDev) {
 				return -int32(unix.ENODEV), nil
 			}
+			if k.addAfterEINVAL {
+				k.dev = id
+			}
 			return -int32(unix.EINVAL), nil
 		}
 		switch {
@@ -62,6 +70,9 @@ func (k *fakeKernel) control() *Control {
 			return -int32(unix.EINVAL), nil
 		case k.unprivileged && charDev != fmt.Sprintf("/dev/ublkc%d", k.dev):
 			return -int32(unix.EPERM), nil
+		}
+		if plainOp(op) == plainOp(cmdGetDevInfo) {
+			k.answerDevInfo(buf, charDev)
 		}
 		if plainOp(op) == plainOp(cmdStopDev) {
 			k.stopped = true
@@ -73,6 +84,25 @@ func (k *fakeKernel) control() *Control {
 		return 0, nil
 	}
 	return c
+}
+
+// answerDevInfo writes GET_DEV_INFO's answer, the device's dev_id and
+// flags, where the driver does: after the path for an unprivileged
+// device, which takes the path off the command's buffer; at addr for the
+// others, over a path the command named (the driver reads none), so buf,
+// what follows the path, gets the answer's tail.
+func (k *fakeKernel) answerDevInfo(buf []byte, charDev string) {
+	info := make([]byte, devInfoSize)
+	binary.NativeEndian.PutUint16(info[4:], uint16(StateLive))
+	binary.NativeEndian.PutUint32(info[12:], uint32(k.dev))
+	if k.unprivileged {
+		binary.NativeEndian.PutUint64(info[24:], flagUnprivilegedDev)
+		copy(buf, info)
+		return
+	}
+	payload := append([]byte(charDev), make([]byte, len(buf))...)
+	copy(payload, info)
+	copy(buf, payload[len(charDev):])
 }
 
 // A kernel before 6.4 refuses the ioctl-encoded numbers, each kernel in
@@ -191,8 +221,9 @@ func TestCommandsToAnUnprivilegedDeviceNameItsCharDevice(t *testing.T) {
 	require.NoError(t, c.StopDev(t.Context(), 3))
 	assert.True(t, k.stopped, "STOP_DEV reached the device")
 	require.NoError(t, c.DelDev(t.Context(), 3))
-	assert.Equal(t, []uint32{cmdGetDevInfo, cmdGetDevInfo, cmdStopDev, cmdStopDev, cmdDelDev, cmdDelDev}, k.sent)
-	assert.Equal(t, []string{"", "/dev/ublkc3", "", "/dev/ublkc3", "", "/dev/ublkc3"}, k.paths,
+	assert.Equal(t, []uint32{cmdGetDevInfo, cmdGetDevInfo, cmdStopDev, cmdGetDevInfo, cmdStopDev, cmdDelDev, cmdGetDevInfo, cmdDelDev}, k.sent,
+		"STOP_DEV and DEL_DEV sent again only once GET_DEV_INFO naming the path found an unprivileged device 3")
+	assert.Equal(t, []string{"", "/dev/ublkc3", "", "/dev/ublkc3", "/dev/ublkc3", "", "/dev/ublkc3", "/dev/ublkc3"}, k.paths,
 		"each command sent without the path first: a privileged device's GET_DEV_INFO would write its answer over a path")
 
 	k = &fakeKernel{plain: true, encoded: true, lookFirst: true, dev: 3, unprivileged: true}
@@ -202,4 +233,31 @@ func TestCommandsToAnUnprivilegedDeviceNameItsCharDevice(t *testing.T) {
 	require.ErrorIs(t, err, unix.EPERM, "a node that is not the device's")
 	assert.ErrorContains(t, err, "ublk: STOP_DEV dev 3 (naming /elsewhere/ublkc3: UBLK_F_UNPRIVILEGED_DEV): operation not permitted")
 	assert.ErrorContains(t, err, "without it: invalid argument")
+}
+
+// 6.0 and 6.1 to 6.1.42 answer EINVAL for a device that does not exist,
+// and know no UBLK_F_UNPRIVILEGED_DEV: a command naming a char device
+// there is the same command again, and GET_DEV_INFO's answer goes where
+// the path is. Another server adds a device under the ID between that
+// EINVAL and the resend: the resend reaches only a device that took the
+// path (its GET_DEV_INFO, naming the path, answers after it with its own
+// dev_id and UBLK_F_UNPRIVILEGED_DEV). Before, STOP_DEV, sent again,
+// stopped the other server's new device, and GET_DEV_INFO returned, as
+// the device's, the tail of an answer written over the path (dev_id 0).
+func TestAResendNamingTheCharDeviceReachesOnlyAnUnprivilegedDevice(t *testing.T) {
+	k := &fakeKernel{plain: true, unknown: unix.ENODEV, dev: -1, addAfterEINVAL: true}
+	c := k.control()
+	c.charDir = "/dev"
+	err := c.StopDev(t.Context(), 3)
+	require.ErrorIs(t, err, unix.EINVAL, "no device 3 when STOP_DEV came")
+	assert.False(t, k.stopped, "the device added under ID 3 since is not stopped")
+	assert.Equal(t, []uint32{cmdStopDev, 0x07, 0x02}, k.sent, "GET_DEV_INFO naming the path asked first")
+	assert.ErrorContains(t, err, "not an unprivileged device's")
+
+	k = &fakeKernel{plain: true, unknown: unix.ENODEV, dev: -1, addAfterEINVAL: true}
+	c = k.control()
+	c.charDir = "/dev"
+	_, err = c.DevInfo(t.Context(), 3)
+	require.ErrorIs(t, err, unix.EINVAL, "no device 3 when GET_DEV_INFO came")
+	assert.ErrorContains(t, err, "not an unprivileged device's")
 }

@@ -214,8 +214,39 @@ func (c *Control) try(ctx context.Context, op, cmd uint32, id int, buf []byte) (
 // goes without the path first because a privileged device's ignores it
 // and would write GET_DEV_INFO's answer where the path is. An EINVAL
 // again is the command's own: the first answer stands.
+//
+// The EINVAL may instead be a device that does not exist (6.0 and 6.1 to
+// 6.1.42 answer so), and another device may be added under the ID before
+// the resend, which such a kernel, taking no path, would run the command
+// on. So the resend goes only to a device that took the path: GET_DEV_INFO
+// naming it answers its own dev_id and UBLK_F_UNPRIVILEGED_DEV (one that
+// does not take it writes its answer over the path), and STOP_DEV and
+// DEL_DEV are sent again only after such an answer.
 func (c *Control) tryNamingCharDev(ctx context.Context, op uint32, what string, id int, buf []byte) (answer, err error) {
 	charDev := filepath.Join(c.charDir, "ublkc"+strconv.Itoa(id))
+	isInfo := plainOp(op) == plainOp(cmdGetDevInfo)
+	if !isInfo {
+		info := make([]byte, devInfoSize)
+		if answer, err := c.sendNaming(ctx, infoOpLike(op), what, id, info, charDev); answer != nil {
+			return answer, err
+		}
+		if why := notUnprivileged(info, id); why != "" {
+			return unix.EINVAL, fmt.Errorf("%s: %w (not sent again naming %s: %s)", what, unix.EINVAL, charDev, why)
+		}
+	}
+	if answer, err := c.sendNaming(ctx, op, what, id, buf, charDev); answer != nil || !isInfo {
+		return answer, err
+	}
+	if why := notUnprivileged(buf, id); why != "" {
+		return unix.EINVAL, fmt.Errorf("%s: %w (the answer naming %s: %s)", what, unix.EINVAL, charDev, why)
+	}
+	return nil, nil
+}
+
+// sendNaming sends op naming charDev after a first EINVAL to the command
+// what names, and returns the answer and error tryNamingCharDev returns
+// for one that failed (nil for success).
+func (c *Control) sendNaming(ctx context.Context, op uint32, what string, id int, buf []byte, charDev string) (answer, err error) {
 	res, err := c.send(ctx, op, id, buf, charDev)
 	named := what + " (naming " + charDev + ": UBLK_F_UNPRIVILEGED_DEV)"
 	switch {
@@ -227,6 +258,29 @@ func (c *Control) tryNamingCharDev(ctx context.Context, op uint32, what string, 
 		return unix.EINVAL, fmt.Errorf("%s: %w", what, unix.EINVAL)
 	}
 	return unix.Errno(-res), fmt.Errorf("%s: %w (without it: %w)", named, unix.Errno(-res), unix.EINVAL)
+}
+
+// infoOpLike is GET_DEV_INFO in op's encoding (plain or ioctl).
+func infoOpLike(op uint32) uint32 {
+	if op == plainOp(op) {
+		return plainOp(cmdGetDevInfo)
+	}
+	return cmdGetDevInfo
+}
+
+// notUnprivileged says why info, GET_DEV_INFO's answer read after the
+// path a command named, is not device id's own as an unprivileged device
+// gives it ("" when it is): a device that takes no path wrote its answer
+// over the path, leaving here its tail.
+func notUnprivileged(info []byte, id int) string {
+	d := decodeDevInfo(info)
+	switch {
+	case d.DevID != uint32(id):
+		return fmt.Sprintf("its dev_id %d is not %d: not an unprivileged device's answer", d.DevID, id)
+	case d.Flags&flagUnprivilegedDev == 0:
+		return fmt.Sprintf("flags %#x without UBLK_F_UNPRIVILEGED_DEV: not an unprivileged device's answer", d.Flags)
+	}
+	return ""
 }
 
 // submit sends one command on the ring and waits for its completion
