@@ -126,8 +126,8 @@ type Config struct {
 	// exits with no live device before SIGKILL instead of dying with one
 	// (the host-crash path); a device still held by what no kill releases
 	// (a mount, swap, a holder outside the cgroup) is stopped under it
-	// when the daemon dies with the pod and the device has no
-	// UBLK_F_USER_RECOVERY (see Teardown.Stop). Turn it off only where a
+	// when the daemon dies with the pod, UBLK_F_USER_RECOVERY or not (see
+	// Teardown.Stop). Turn it off only where a
 	// holder in the server's cgroup must never be killed, for example a
 	// VMM that runs its own shutdown past the grace period; the step then
 	// returns a *HeldError and leaves the daemon running, and SIGKILL

@@ -100,14 +100,15 @@
 // when it is in the cgroup and, checked again, still holds a disk or still
 // may). A device they still hold is stopped all the same, with STOP_DEV
 // while the daemon serves it, when its daemon dies with the pod (in the
-// server's cgroup) and it has no UBLK_F_USER_RECOVERY: the kernel stops
-// such a device when its daemon dies, so its holders lose it at SIGKILL
-// either way, there with the host-crash risk; the daemon is then asked to
-// stop, and Stop returns a *StoppedHeldError naming the holders. One with
-// UBLK_F_USER_RECOVERY (it outlives its daemon, for the next server), or
-// whose daemon is not known to die with the pod, stays live, the daemon
-// keeps serving it and is not asked to stop, and Stop returns a
-// *HeldError. The daemon itself is never killed by it, whatever it holds,
+// server's cgroup): the kernel stops such a device when its daemon dies,
+// so its holders lose it at SIGKILL either way, there with the host-crash
+// risk; the daemon is then asked to stop, and Stop returns a
+// *StoppedHeldError naming the holders. One with UBLK_F_USER_RECOVERY is
+// stopped too, its recovery given up: the last resort runs only on a
+// kernel not known fixed, where its daemon's death with it live runs the
+// same crash race. One whose daemon is not known to die with the pod
+// stays live, the daemon keeps serving it and is not asked to stop, and
+// Stop returns a *HeldError. The daemon itself is never killed by it, whatever it holds,
 // nor is any process with one of the devices' /dev/ublkcN open (the
 // driver lets only a device's server open it: the daemon when the step
 // does not know its PID, a per-device server it forked), and their holds,

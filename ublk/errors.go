@@ -78,10 +78,11 @@ func heldText(held map[int][]Holder) string {
 // StoppedHeldError is Stop's error when the last resort stopped devices
 // that something it may not kill still held (a mount, a file system, swap,
 // a stacked or loop device, a holder outside the server's cgroup). Their
-// daemon was in the server's cgroup and they had no UBLK_F_USER_RECOVERY:
-// at the pod's SIGKILL the daemon dies and the kernel stops them, under
-// the same holders, and on a kernel not known fixed the daemon's death
-// with live devices can crash the host. Stopped before, with STOP_DEV
+// daemon was in the server's cgroup: at the pod's SIGKILL the daemon dies
+// and the kernel stops them, under the same holders (one with
+// UBLK_F_USER_RECOVERY it quiesces for a next server, which is given up),
+// and on a kernel not known fixed the daemon's death with live devices
+// can crash the host. Stopped before, with STOP_DEV
 // while the daemon served them, their I/O in flight completed and the
 // daemon exited with no live device. The holders saw their disk go: a
 // fault to look into, not a crash. Find it with errors.As.
@@ -95,16 +96,20 @@ type StoppedHeldError struct {
 	Holders map[int][]Holder // by device ID
 
 	notComplete []int // of Holders' devices, those whose STOP_DEV was not seen complete
+	recovery    []int // of Holders' devices, those with UBLK_F_USER_RECOVERY
 }
 
 // Error names every device stopped and what held it, and apart those
 // whose STOP_DEV was sent and not seen complete.
 func (e *StoppedHeldError) Error() string {
-	stopped, sent := map[int][]Holder{}, map[int][]Holder{}
+	stopped, sent, recovery := map[int][]Holder{}, map[int][]Holder{}, map[int][]Holder{}
 	for id, hs := range e.Holders {
-		if slices.Contains(e.notComplete, id) {
+		switch {
+		case slices.Contains(e.recovery, id):
+			recovery[id] = hs
+		case slices.Contains(e.notComplete, id):
 			sent[id] = hs
-		} else {
+		default:
 			stopped[id] = hs
 		}
 	}
@@ -116,6 +121,10 @@ func (e *StoppedHeldError) Error() string {
 	if len(sent) > 0 {
 		parts = append(parts, "STOP_DEV sent to devices still held before the pod's SIGKILL (no UBLK_F_USER_RECOVERY), not seen complete "+
 			"when the step ended (the daemon had not answered their I/O in flight: they may be live): "+heldText(sent))
+	}
+	if len(recovery) > 0 {
+		parts = append(parts, "STOP_DEV sent to devices with UBLK_F_USER_RECOVERY still held before the pod's SIGKILL, their recovery given up "+
+			"(on this kernel their daemon's death with them live is the host-crash race): "+heldText(recovery))
 	}
 	return "ublk: " + strings.Join(parts, "; ")
 }

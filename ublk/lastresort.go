@@ -355,6 +355,24 @@ func (r *run) serverFate(h Holder, id, sid int) HolderFate {
 	return HolderFate{Holder: h, Device: id, Reason: why + "asking the daemon to stop releases its holds"}
 }
 
+// whyStopUnderHolders says why a held device whose daemon dies at the
+// pod's SIGKILL (why says how that is known) is stopped under its
+// holders. A device with UBLK_F_USER_RECOVERY, kept live, would be
+// quiesced for the next server when its daemon dies; but the driver
+// reaches that through the same cancel of the daemon's commands as any
+// device (ublk_uring_cmd_cancel_fn, then ublk_cancel_cmd), the crash
+// race f40139fde527 fixed (6.7 until 6.14.6 and 6.15), and the last
+// resort runs only on a kernel not known fixed. So its recovery is given
+// up for the host, and the step says so. Before, it was kept "for the
+// next server" and its daemon was left for the pod's SIGKILL with it live.
+func (r *run) whyStopUnderHolders(info ublkctl.DevInfo, why string) string {
+	if info.Flags&ublkctl.FlagUserRecovery == 0 {
+		return "no UBLK_F_USER_RECOVERY, and " + why + ": the disk goes with the daemon then, so it is stopped now, while the daemon serves it"
+	}
+	return "UBLK_F_USER_RECOVERY given up: " + why + ", and on this kernel (" + string(r.t.class) +
+		") the daemon's death with the device live runs the driver's cancel path, recovery or not (the host-crash race), so it is stopped now, while the daemon serves it: no next server recovers it"
+}
+
 // withUntracked returns devs with every ublk device sysfs shows that the
 // step has no device for and that has a char device (one left out by
 // Config.Devices, another server's): a process with its /dev/ublkcN open
@@ -378,15 +396,16 @@ func hasKey[K comparable, V any](m map[K]V, k K) bool {
 // stopUnderHolders STOP_DEVs, while the daemon still serves them, the
 // devices left held by what the last resort may not release (kernel
 // state, a holder outside the server's cgroup, one it spared), when the
-// daemon dies at the pod's SIGKILL (daemonDoomed) and a device has no
-// UBLK_F_USER_RECOVERY: the kernel stops such a device when its daemon
-// dies, failing its I/O, so its holders lose the disk at SIGKILL either
-// way; stopped now, its I/O in flight completes and the daemon can exit
-// with no live device instead of dying with one, the host-crash path. A
-// device with UBLK_F_USER_RECOVERY outlives its daemon, quiesced for the
-// next server, and one whose daemon may outlive the pod keeps being
-// served: both stay live and held. It returns the devices still held and
-// what it did, for the last resort's step ("" when nothing).
+// daemon dies at the pod's SIGKILL (daemonDoomed): the kernel stops a
+// device without UBLK_F_USER_RECOVERY when its daemon dies, failing its
+// I/O, so its holders lose the disk at SIGKILL either way; stopped now,
+// its I/O in flight completes and the daemon can exit with no live device
+// instead of dying with one, the host-crash path. A device with
+// UBLK_F_USER_RECOVERY is stopped too: the last resort runs only on a
+// kernel not known fixed, where its daemon's death with it live runs the
+// same cancel path (whyStopUnderHolders). One whose daemon may outlive the
+// pod keeps being served, live and held. It returns the devices still
+// held and what it did, for the last resort's step ("" when nothing).
 func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[int][]Holder, string) {
 	if len(left) == 0 || r.cfg.openControl == nil || r.openControl() != nil {
 		return left, ""
@@ -415,12 +434,8 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 		if d.rep.Info == nil {
 			d.rep.Info = driverInfo(info) // the state before the step acted
 		}
-		if info.Flags&ublkctl.FlagUserRecovery != 0 {
-			kept = append(kept, d.cur.DiskName()+" (UBLK_F_USER_RECOVERY: it outlives its daemon, for the next server)")
-			continue
-		}
 		d.rep.Steps = append(d.rep.Steps, StepResult{Name: stepStopUnderHolders, Start: time.Now(),
-			Result: heldText(map[int][]Holder{d.cur.ID: hs}) + "; no UBLK_F_USER_RECOVERY, and " + why + ": the disk goes with the daemon then, so it is stopped now, while the daemon serves it"})
+			Result: heldText(map[int][]Holder{d.cur.ID: hs}) + "; " + r.whyStopUnderHolders(info, why)})
 		r.cfg.logger.WarnContext(r.ctx, "ublk: last resort: stopping a device still held", "device", d.cur.DiskName(),
 			"holders", fmt.Sprint(hs), "why", why)
 		var notSent string

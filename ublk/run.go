@@ -468,6 +468,9 @@ func (r *run) withStoppedHeld(err error) error {
 		if hasKey(r.stoppedHeld, d.cur.ID) && slices.Contains(d.pendingNow(), "STOP_DEV") {
 			stopped.notComplete = append(stopped.notComplete, d.cur.ID)
 		}
+		if hasKey(r.stoppedHeld, d.cur.ID) && d.rep.Info != nil && d.rep.Info.Flags&ublkctl.FlagUserRecovery != 0 {
+			stopped.recovery = append(stopped.recovery, d.cur.ID)
+		}
 	}
 	if err == nil {
 		return stopped

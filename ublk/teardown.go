@@ -226,13 +226,15 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     spared, and why. A possible holder no kill released (outside the
 //     cgroup, or where the last resort does not run) is set aside: not
 //     known to hold a disk, it keeps none from stopping (the Report's
-//     "possible holders" step names it). A device still held then, with
-//     no UBLK_F_USER_RECOVERY, whose daemon is in this process's cgroup
-//     (it dies at the pod's SIGKILL, and the kernel stops the device
-//     with it) is stopped under its holders with STOP_DEV while the
-//     daemon serves it (the device's "stop under holders" step says
-//     why), and Stop returns a *StoppedHeldError once the daemon's stop
-//     is over. If a device is still held after that, or where the last
+//     "possible holders" step names it). A device still held then whose
+//     daemon is in this process's cgroup (it dies at the pod's SIGKILL,
+//     and the kernel stops the device with it) is stopped under its
+//     holders with STOP_DEV while the daemon serves it (the device's
+//     "stop under holders" step says why), and Stop returns a
+//     *StoppedHeldError once the daemon's stop is over. One with
+//     UBLK_F_USER_RECOVERY too, its recovery given up: on a kernel not
+//     known fixed, where alone the last resort runs, its daemon's death
+//     with it live is the same crash race. If a device is still held after that, or where the last
 //     resort does not run, return a *HeldError without asking the daemon
 //     to stop (the daemon keeps serving the held device), unless
 //     Config.StopDespiteHolders.

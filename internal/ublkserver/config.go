@@ -30,7 +30,11 @@ type Config struct {
 	// from root too, only when it names the device's /dev/ublkcN, which
 	// every command after ADD_DEV does.
 	Unprivileged bool
-	Logger       *slog.Logger // queue errors; discarded when nil
+	// Recovery adds the devices with UBLK_F_USER_RECOVERY: a device
+	// whose server dies is quiesced (its I/O held) for the next server to
+	// recover, not stopped.
+	Recovery bool
+	Logger   *slog.Logger // queue errors; discarded when nil
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -80,6 +80,9 @@ func (s *Server) addDevice(ctx context.Context) error {
 	if s.cfg.Unprivileged {
 		flags |= flagUnprivDev
 	}
+	if s.cfg.Recovery {
+		flags |= flagUserRecovery
+	}
 	info, err := s.ctrl.addDev(ctx, devInfo{
 		NrHWQueues:    uint16(s.cfg.Queues),
 		QueueDepth:    uint16(s.cfg.Depth),

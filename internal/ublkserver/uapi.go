@@ -53,11 +53,12 @@ const (
 )
 
 const (
-	paramTypeBasic = 1 << 0
-	flagCmdIoctl   = 1 << 6 // UBLK_F_CMD_IOCTL_ENCODE
-	flagUnprivDev  = 1 << 5 // UBLK_F_UNPRIVILEGED_DEV
-	anyQueue       = 0xffff // queue_id of a command that is not for one queue
-	autoDevID      = 0xffffffff
+	paramTypeBasic   = 1 << 0
+	flagCmdIoctl     = 1 << 6 // UBLK_F_CMD_IOCTL_ENCODE
+	flagUnprivDev    = 1 << 5 // UBLK_F_UNPRIVILEGED_DEV
+	flagUserRecovery = 1 << 3 // UBLK_F_USER_RECOVERY
+	anyQueue         = 0xffff // queue_id of a command that is not for one queue
+	autoDevID        = 0xffffffff
 
 	devInfoSize   = 64 // struct ublksrv_ctrl_dev_info
 	basicParamsN  = 40 // ublk_params header (8) + struct ublk_param_basic (32)

@@ -284,3 +284,63 @@ func TestGuestStepLeavesTheDeviceOfAServerProcfsDoesNotShow(t *testing.T) {
 	assert.Equal(t, ublkserver.StateLive, other.state(theirs))
 	noKernelProblemsSince(t, r.logFrom)
 }
+
+// TestGuestStepLastResortStopsAHeldRecoveryDeviceOnThisKernel: as in
+// TestGuestStepLastResortSparesHolderInAnotherCgroup, a holder in another
+// cgroup keeps the disk open past the last-resort point, but the device
+// was added with UBLK_F_USER_RECOVERY, for the next server to recover.
+// Its daemon is in the server's cgroup, so the pod's SIGKILL kills it: on
+// this kernel (6.12, no ublk cancel fix) the daemon's death with the
+// device live runs the cancel path whatever the flag (the kernel then
+// quiesces the device instead of stopping it, after the same
+// ublk_cancel_cmd), the host-crash race. A kernel that could keep it
+// safely is fixed, and there the last resort does not run. So the last
+// resort stops it with STOP_DEV while the daemon serves it, as a device
+// without the flag, the daemon exits with no live device before SIGKILL,
+// and the step says the recovery was given up and why. Before, it was
+// kept live "for the next server", the daemon never asked to stop and
+// left for SIGKILL.
+func TestGuestStepLastResortStopsAHeldRecoveryDeviceOnThisKernel(t *testing.T) {
+	vmtest.GuestOnly(t)
+	toOther := guestCgroups(t)
+	r := newRig(t, ublkserver.DaemonConfig{Config: ublkserver.Config{Recovery: true}})
+	id := r.daemon.Devices[0]
+	outsider, err := StartHolder(r.ctx(20*time.Second), r.disk(id))
+	require.NoError(t, err)
+	t.Cleanup(outsider.Kill)
+	toOther(outsider.Cmd.Process.Pid)
+
+	sigkill := time.Now().Add(lastResortBudget)
+	ctx, cancel := context.WithDeadline(t.Context(), sigkill)
+	defer cancel()
+	rep, err := r.step(ublk.Config{}).Stop(ctx)
+	t.Log(rep.String())
+	require.NotNil(t, rep.Device(id).Info, "the driver's view read")
+	assert.NotZero(t, rep.Device(id).Info.Flags&(1<<3), "the device has UBLK_F_USER_RECOVERY")
+	var stopped *ublk.StoppedHeldError
+	require.ErrorAs(t, err, &stopped, "the recovery device stopped under its holder, not kept live for SIGKILL")
+	require.Len(t, stopped.Holders[id], 1, "%v", err)
+	assert.Equal(t, outsider.Cmd.Process.Pid, stopped.Holders[id][0].PID)
+
+	under := stepNamed(rep, id, "stop under holders")
+	require.NotNil(t, under, "stopped under its holder")
+	assert.Contains(t, under.Result, "UBLK_F_USER_RECOVERY given up")
+	stop := stepNamed(rep, id, "STOP_DEV")
+	require.NotNil(t, stop)
+	assert.Empty(t, stop.Err)
+	assert.False(t, stop.Start.Before(rep.LastResort.At))
+	req := rep.Step("request stop")
+	require.NotNil(t, req, "the daemon was asked to stop")
+	assert.False(t, req.Start.Before(stop.Start), "asked only after STOP_DEV")
+	assert.True(t, rep.Daemon.Exited, "the daemon gone before SIGKILL: %+v", rep.Daemon)
+	if rep.Daemon.Killed {
+		kill := rep.Step("kill daemon")
+		require.NotNil(t, kill)
+		assert.Contains(t, kill.Result, "no live device left")
+	}
+	assert.True(t, rep.Start.Add(rep.Duration).Before(sigkill), "done before SIGKILL")
+	assert.NotEqual(t, ublkserver.StateLive, r.state(id), "the disk is stopped")
+	outsider.Kill()
+	r.devicesGone()
+	noKernelProblemsSince(t, r.logFrom)
+}
