@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -260,4 +261,41 @@ func TestAResendNamingTheCharDeviceReachesOnlyAnUnprivilegedDevice(t *testing.T)
 	_, err = c.DevInfo(t.Context(), 3)
 	require.ErrorIs(t, err, unix.EINVAL, "no device 3 when GET_DEV_INFO came")
 	assert.ErrorContains(t, err, "not an unprivileged device's")
+}
+
+// withoutCapSysAdmin runs f on a thread whose effective capabilities lack
+// CAP_SYS_ADMIN, as a step run in a container that was not given it. The
+// thread is never given back to the runtime: its goroutine ends locked to
+// it, and the runtime ends the thread.
+func withoutCapSysAdmin(t *testing.T, f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if !assert.NoError(t, unix.Capget(&hdr, &data[0])) {
+			return
+		}
+		data[unix.CAP_SYS_ADMIN/32].Effective &^= 1 << (unix.CAP_SYS_ADMIN % 32)
+		if !assert.NoError(t, unix.Capset(&hdr, &data[0])) {
+			return
+		}
+		f()
+	}()
+	<-done
+}
+
+// A step run without CAP_SYS_ADMIN gets EPERM from the driver for every
+// control command (but those for a device added with
+// UBLK_F_UNPRIVILEGED_DEV): the error says that the process lacks it.
+// Before, "ublk: GET_DEV_INFO dev 3: operation not permitted" named no
+// capability, and the step's Report repeated it for every device.
+func TestControlSaysAnEPERMIsTheMissingCapSysAdmin(t *testing.T) {
+	withoutCapSysAdmin(t, func() {
+		k := &fakeKernel{allAnswers: unix.EPERM}
+		_, err := k.control().DevInfo(t.Context(), 3)
+		assert.ErrorIs(t, err, unix.EPERM)
+		assert.ErrorContains(t, err, "ublk: GET_DEV_INFO dev 3: operation not permitted: this process lacks CAP_SYS_ADMIN")
+	})
 }

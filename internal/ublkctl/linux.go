@@ -203,7 +203,31 @@ func (c *Control) try(ctx context.Context, op, cmd uint32, id int, buf []byte) (
 	if res >= 0 {
 		return nil, nil
 	}
+	if res == -int32(unix.EPERM) && !hasCapSysAdmin() {
+		return unix.EPERM, fmt.Errorf("%s: %w: %s", what, unix.EPERM, lacksCapSysAdmin)
+	}
 	return unix.Errno(-res), fmt.Errorf("%s: %w", what, unix.Errno(-res))
+}
+
+// lacksCapSysAdmin ends the error of a command answered EPERM by a process
+// without CAP_SYS_ADMIN, which names what is wrong where the errno alone
+// does not.
+const lacksCapSysAdmin = "this process lacks CAP_SYS_ADMIN, which the ublk driver asks of every control command " +
+	"(but those naming the char device of a device added with UBLK_F_UNPRIVILEGED_DEV): " +
+	"give the container CAP_SYS_ADMIN (securityContext.capabilities.add), or no ublk device can be stopped"
+
+// hasCapSysAdmin reports whether the calling thread has CAP_SYS_ADMIN in
+// its effective set, which the driver checks of the thread that submits a
+// control command (every thread of a Go program has the same, unless one
+// was changed alone). One that cannot be read counts as held: the error
+// then says nothing it does not know.
+func hasCapSysAdmin() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return true
+	}
+	return data[unix.CAP_SYS_ADMIN/32].Effective&(1<<(unix.CAP_SYS_ADMIN%32)) != 0
 }
 
 // tryNamingCharDev sends op again naming device id's char device
