@@ -77,3 +77,51 @@ func withoutUblk(t *testing.T, daemon Daemon) *Teardown {
 	require.NoError(t, err)
 	return td
 }
+
+// The step's discovery sees two live devices; before it asks, the daemon
+// (told by its server, as AgentENV's is) stops and deletes both itself
+// and exits, and its socket refuses connections. The devices seen are
+// gone, stopped by the daemon: the Report says "stopped", each device's
+// steps "by the daemon", and the step does not ask a daemon that had
+// exited: its "request stop" step says so, and no request error stands in
+// the Report. Before, the request went to the exited daemon, and the
+// Report carried its "connection refused" as the request's error.
+//
+//	0s   discover: ublkb0, ublkb1 live
+//	0s   the daemon stops and deletes both itself (2 × 2 × 500 ms), exits
+//	2s   the step looks at its daemon: exited; no request; devices gone
+func TestADaemonThatStoppedItselfBeforeTheRequestIsNotAsked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		d := newMemDaemon(f.tree, 0, 1)
+		d.step = 500 * time.Millisecond
+		defer d.close()
+		td, err := New(d, f.config(vulnerable, nil, Config{}))
+		require.NoError(t, err)
+		td.cfg.beforeRequest = func() { // the daemon's own stop, ordered by its server
+			require.NoError(t, d.RequestStop(t.Context()))
+			<-d.exited
+			d.failRequest = true // what an exited daemon's socket answers
+		}
+		rep, took, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		require.NoError(t, err)
+		assert.Equal(t, 2*time.Second, took)
+		assert.Equal(t, VerdictStopped, rep.Verdict)
+		require.Len(t, rep.Devices, 2)
+		for _, dev := range rep.Devices {
+			assert.Equal(t, VerdictStopped, dev.Verdict)
+			require.NotEmpty(t, dev.Steps)
+			assert.Equal(t, "by the daemon", dev.Steps[0].Result)
+		}
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events(),
+			"the daemon's own stop alone: no request from the step")
+		assert.False(t, rep.Daemon.Requested)
+		assert.Empty(t, rep.Daemon.RequestError)
+		assert.True(t, rep.Daemon.Exited)
+		req := rep.Step("request stop")
+		require.NotNil(t, req)
+		assert.Empty(t, req.Err)
+		assert.Equal(t, "not sent: the daemon had exited before the step asked (it stopped what it served itself)", req.Result)
+	})
+}

@@ -440,7 +440,7 @@ func (r *run) nothingToDo() string {
 	case exitedAlways(r.cfg.daemon) || !r.daemonGone():
 		return ""
 	}
-	return why + ", and the daemon is not running: nothing to ask it"
+	return why + ", and the daemon is not running: nothing to ask it (any device it served was gone before the step looked)"
 }
 
 // exitedAlways reports whether d is a DaemonFuncs with no WaitFunc, whose
@@ -1319,6 +1319,17 @@ func (r *run) requestStop() {
 		// Outside any lock of r's: it may Tighten this Teardown, the
 		// request then made in the new layout (internal/ublkstep).
 		r.cfg.beforeRequest()
+	}
+	if !exitedAlways(d) && r.daemonGone() {
+		// It stopped on its own (its server told it, as AgentENV's does)
+		// after discovery: a request reaches nothing, and its error
+		// ("connection refused") would read as the step's failure. The
+		// devices it stopped say "by the daemon".
+		cancelAt()
+		rcancel()
+		r.requestedAt = time.Now()
+		_ = r.stepEnd(s, "not sent: the daemon had exited before the step asked (it stopped what it served itself)", nil)
+		return
 	}
 	err := d.RequestStop(rctx)
 	cancelAt()

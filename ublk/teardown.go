@@ -240,7 +240,10 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     Config.StopDespiteHolders.
 //  4. Ask the daemon to stop (RequestStop, bounded by RequestTimeout). A
 //     request sent and not answered (ErrUnconfirmed: a daemon already
-//     stopping reads none) is taken as delivered.
+//     stopping reads none) is taken as delivered. A daemon that has
+//     exited by then (its Wait, looked at once, says so; not a DaemonFuncs
+//     without WaitFunc) is not asked: the "request stop" step says so,
+//     and the devices it stopped itself say "by the daemon".
 //  5. Wait until every device has left sysfs and the daemon has exited,
 //     re-reading sysfs every PollInterval.
 //  6. Fall back to /dev/ublk-control (STOP_DEV, then DEL_DEV once the
