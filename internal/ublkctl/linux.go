@@ -57,7 +57,12 @@ import (
 // control device's directory (/dev/ublkcN), and the error of one refused
 // then names that path. The driver asks no path of the other devices, and
 // writes GET_DEV_INFO's answer where a path would be, so none is sent
-// first.
+// first. The resend goes only to a device that took the path (see
+// tryNamingCharDev).
+//
+// The driver answers EPERM to every command of a process without
+// CAP_SYS_ADMIN (but those naming an unprivileged device's char device);
+// the error then says that the process lacks it.
 type Control struct {
 	f    *os.File
 	ring *uring.Ring
