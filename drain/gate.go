@@ -81,8 +81,11 @@ type Gate struct {
 	// []Class{Pause, Checkpoint, Delete}. New refuses a Gate that
 	// exempts a class that starts a sandbox (Create, Resume, Fork).
 	Exempt []Class
-	// RetryAfter is the Retry-After the HTTP middleware sends with its 503.
-	// Zero means 5 s; New refuses a negative one.
+	// RetryAfter is the Retry-After the HTTP middleware sends with its 503
+	// (in whole seconds, rounded up), and the wait draingrpc's interceptors
+	// ask of a refused RPC's client (the grpc-retry-pushback-ms trailer and
+	// a google.rpc.RetryInfo, in milliseconds). Zero means 5 s; New refuses
+	// a negative one.
 	RetryAfter time.Duration
 
 	mu       sync.Mutex
@@ -114,6 +117,7 @@ const (
 
 func init() {
 	gatevia.EnterGRPC = func(g any, c string) (func(), error) { return g.(*Gate).enter(Class(c), byGRPC) }
+	gatevia.RetryAfter = func(g any) time.Duration { return g.(*Gate).retryAfter() }
 	drainprogress.Set = func(cfg any, fn func(rep any, next string)) {
 		cfg.(*Config).progress = func(rep *Report, next string) { fn(rep, next) }
 	}

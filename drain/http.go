@@ -94,7 +94,7 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 				}
 			}
 			if err != nil {
-				w.Header().Set("Retry-After", retryAfterSeconds(g.RetryAfter))
+				w.Header().Set("Retry-After", retryAfterSeconds(g.retryAfter()))
 				// Its retry must open a new connection: one kept open
 				// (keep-alive, HTTP/2) stays with this node, which a
 				// Service no longer sends new ones to, and would be
@@ -375,10 +375,17 @@ func (b *streamBody) cutLocked() {
 	}
 }
 
-func retryAfterSeconds(d time.Duration) string {
-	if d <= 0 {
-		d = defaultRetryAfter
+// retryAfter is the wait a refusal asks of its client: RetryAfter, or
+// defaultRetryAfter when it is zero (or negative, in a gate New never saw).
+func (g *Gate) retryAfter() time.Duration {
+	if g.RetryAfter <= 0 {
+		return defaultRetryAfter
 	}
+	return g.RetryAfter
+}
+
+// retryAfterSeconds is d, positive, in the whole seconds of a Retry-After.
+func retryAfterSeconds(d time.Duration) string {
 	secs := d / time.Second // round up: 0.5 s is 1, never 0
 	if d%time.Second != 0 { // not d + 1s - 1ns first: that wraps round near the largest Duration
 		secs++

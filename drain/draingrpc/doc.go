@@ -51,6 +51,12 @@
 // ends its Watch when the server's GOAWAY arrives; a plain Watch stream,
 // or another client's, may not.)
 //
+// A refused RPC says when to retry, from the gate's RetryAfter, as an HTTP
+// refusal's Retry-After does: the trailer grpc-retry-pushback-ms, which
+// grpc-go's retry policy waits (gRFC A6: a client with a retryPolicy for
+// UNAVAILABLE retries then, not at its own backoff), and a
+// google.rpc.RetryInfo in the status's details.
+//
 // A refused RPC's connection stays open: grpc-go has no way for an
 // interceptor to close one connection, as an HTTP refusal's Connection:
 // close does (drain.Gate.Admit). A client keeps one connection, and behind

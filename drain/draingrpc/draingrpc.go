@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
@@ -56,8 +61,13 @@ func fullMethod(m string) bool {
 // UnaryServerInterceptor admits every unary RPC through g as one operation
 // of the class classify gives its method. While the gate is closed and the
 // class is gated it answers codes.Unavailable ("node draining: ...") without
-// calling the handler; an admitted RPC counts as in flight until its
-// handler returns. The refusal leaves the connection open (grpc-go lets no
+// calling the handler, with the wait the gate's RetryAfter asks (as the HTTP
+// refusal's Retry-After: 5 s when zero; here in milliseconds, rounded up)
+// in both of gRPC's retry hints: the trailer grpc-retry-pushback-ms, which
+// a grpc-go client's retry policy waits in place of its backoff (gRFC A6),
+// and a google.rpc.RetryInfo in the status's details, for clients that
+// read those. An admitted RPC counts as in flight until its handler
+// returns. The refusal leaves the connection open (grpc-go lets no
 // handler or interceptor close one): a client retries on another node only
 // over a new connection, which a client behind a Service's virtual IP makes
 // only once its connection ends. Give such a server a keepalive
@@ -89,7 +99,7 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 			return resp, err
 		}
 		c := classify(info.FullMethod)
-		leave, err := enter(g, c, info.FullMethod)
+		leave, err := enter(g, c, info.FullMethod, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) })
 		if err != nil {
 			return nil, err
 		}
@@ -107,7 +117,8 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 }
 
 // StreamServerInterceptor is UnaryServerInterceptor for streaming RPCs: a
-// stream counts as in flight until its handler returns. The health
+// stream counts as in flight until its handler returns, and a refused one
+// carries the same retry hints. The health
 // service's Watch is never gated; a Watch open when the gate closes
 // receives NOT_SERVING at once, and no SERVING after it. A Watch is not
 // work but never ends by itself (its handler returns only when the stream
@@ -156,7 +167,7 @@ func StreamServerInterceptor(g *drain.Gate, classify Classifier) grpc.StreamServ
 			return serveReflection(g, srv, ss, h)
 		}
 		c := classify(info.FullMethod)
-		leave, err := enter(g, c, info.FullMethod)
+		leave, err := enter(g, c, info.FullMethod, ss.SetTrailer)
 		if err != nil {
 			return err
 		}
@@ -179,12 +190,49 @@ func mustHave(g *drain.Gate, classify Classifier, name string) {
 	}
 }
 
-func enter(g *drain.Gate, c drain.Class, method string) (func(), error) {
+// enter admits an RPC of method, class c, through g, or returns the
+// status of its refusal, whose retry hint goes out in the trailer that
+// setTrailer sets.
+func enter(g *drain.Gate, c drain.Class, method string, setTrailer func(metadata.MD)) (func(), error) {
 	leave, err := gatevia.EnterGRPC(g, string(c))
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "node draining: not accepting new work (%s): retry on another node", method)
+		wait := retryWait(gatevia.RetryAfter(g))
+		setTrailer(metadata.Pairs(pushbackKey, strconv.FormatInt(wait.Milliseconds(), 10)))
+		return nil, refusal(method, wait)
 	}
 	return leave, nil
+}
+
+// pushbackKey is the trailer by which a server tells a client's retry
+// policy when to retry (gRFC A6): grpc-go waits its milliseconds, in place
+// of the policy's backoff, for a trailers-only answer, which a refusal is.
+const pushbackKey = "grpc-retry-pushback-ms"
+
+// maxPushback is the longest wait a refusal asks for: grpc-go reads the
+// pushback as an int, and one it cannot read (past 2^31-1 ms, some 24
+// days, where int is 32 bits) stops the retry at once.
+const maxPushback = math.MaxInt32 * time.Millisecond
+
+// retryWait is d, Gate.RetryAfter or its default, in whole milliseconds,
+// rounded up (a wait of 0 is a retry at once), and at most maxPushback.
+func retryWait(d time.Duration) time.Duration {
+	if d >= maxPushback {
+		return maxPushback
+	}
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+// refusal is the status of an RPC of method the gate refused: retry
+// elsewhere, or here after wait, which a google.rpc.RetryInfo in its
+// details says as well as the trailer, for a client that reads the
+// status's details rather than a retry policy (Google APIs' clients,
+// e2b-style orchestrators).
+func refusal(method string, wait time.Duration) error {
+	st := status.Newf(codes.Unavailable, "node draining: not accepting new work (%s): retry on another node", method)
+	if detailed, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); err == nil {
+		st = detailed // err: RetryInfo did not marshal; the trailer still says it
+	}
+	return st.Err()
 }
 
 // errStreamStopping is the status of a drain.Stream that Stop ended.

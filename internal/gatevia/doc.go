@@ -2,14 +2,18 @@
 // drain.Gate as a gRPC call, so that the gate's account of the operations
 // it refused (the gate phase's Detail in the drain's Report, and its log
 // line) says which way in each came by, without an exported name in
-// drain. Package drain installs EnterGRPC when it is initialised, as
-// package ublk installs ublkhook.Set; a server never uses it.
+// drain. Package drain installs EnterGRPC, and RetryAfter (the wait a
+// refusal asks, which the interceptors send as gRPC's retry hints), when
+// it is initialised, as package ublk installs ublkhook.Set; a server never
+// uses it.
 //
 // draingrpc's interceptors enter the gate through it:
 //
 //	leave, err := gatevia.EnterGRPC(g, string(c))
 //	if err != nil {
-//		return nil, status.Errorf(codes.Unavailable, "node draining: not accepting new work (%s): retry on another node", method)
+//		wait := retryWait(gatevia.RetryAfter(g)) // the trailer grpc-retry-pushback-ms, and a RetryInfo
+//		setTrailer(metadata.Pairs(pushbackKey, strconv.FormatInt(wait.Milliseconds(), 10)))
+//		return nil, refusal(method, wait) // codes.Unavailable
 //	}
 //	return leave, nil
 //
@@ -21,5 +25,6 @@
 // is counted as gRPC's ("grpc"), not the server's own ("enter"). A gate of
 // any other type than *drain.Gate panics, naming the type; a program that
 // does not link drain has no gate to enter, and EnterGRPC panics saying
-// so.
+// so. RetryAfter is the gate's RetryAfter, or 5 s (its HTTP middleware's
+// default) when that is zero, and panics as EnterGRPC does.
 package gatevia

@@ -40,6 +40,13 @@ func TestDrainInstallsEnterGRPCAtInit(t *testing.T) {
 	leave()
 }
 
+// Importing drain installs RetryAfter too: the wait a gRPC refusal asks is
+// the one an HTTP refusal's Retry-After says, the gate's RetryAfter or 5 s.
+func TestDrainInstallsRetryAfterAtInit(t *testing.T) {
+	assert.Equal(t, 5*time.Second, gatevia.RetryAfter(&drain.Gate{}))
+	assert.Equal(t, 1500*time.Millisecond, gatevia.RetryAfter(&drain.Gate{RetryAfter: 1500 * time.Millisecond}))
+}
+
 // What comes through EnterGRPC and is refused is counted as gRPC's in the
 // drain's Report (the gate phase's Detail), apart from what the server's
 // own code refused through Gate.Enter.
