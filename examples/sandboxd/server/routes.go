@@ -21,14 +21,15 @@ type sandboxView struct {
 }
 
 // routes is sandboxd's HTTP contract. Create and resume pass the admission gate (503 with
-// Retry-After once draining); pause and delete are exempt: they move work off the node.
+// Retry-After once draining, in JSON as every other answer); pause and delete are exempt:
+// they move work off the node.
 func (s *Server) routes() http.Handler {
 	gate := s.drainer.Gate()
 	mux := http.NewServeMux()
-	mux.Handle("POST /sandboxes", bodyFirst(gate, gate.Admit(drain.Create, http.HandlerFunc(s.create))))
+	mux.Handle("POST /sandboxes", bodyFirst(gate, inJSON(createRefusal, gate.Admit(drain.Create, http.HandlerFunc(s.create)))))
 	mux.HandleFunc("GET /sandboxes", s.list)
 	mux.Handle("POST /sandboxes/{id}/pause", gate.Admit(drain.Pause, http.HandlerFunc(s.pause)))
-	mux.Handle("POST /sandboxes/{id}/resume", s.resumeRefused(gate.Admit(drain.Resume, http.HandlerFunc(s.resume))))
+	mux.Handle("POST /sandboxes/{id}/resume", inJSON(s.resumeRefusal, gate.Admit(drain.Resume, http.HandlerFunc(s.resume))))
 	mux.Handle("DELETE /sandboxes/{id}", gate.Admit(drain.Delete, http.HandlerFunc(s.delete)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, "ok") })
 	mux.Handle("GET /readyz", gate.Readiness(http.HandlerFunc(s.ready)))
@@ -36,61 +37,84 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// resumeRefused is in front of the gate's resume. The gate refuses a resume while
-// sandboxd drains with its answer for new work, on a connection it closes so that the
-// retry goes to a node still ready; but a sandbox paused here has its record and image
-// in this node's state directory (a hostPath), which no other node has, and a client
-// that did as told found no such sandbox there (404), as if it were gone (docs/faults.md
-// row 2244, as row 1552 for the gVisor worker's Restore). That refusal, still counted by
-// the gate, says to resume it here once sandboxd serves again, and keeps the connection.
-// A resume of a sandbox not paused here keeps the gate's answer.
-func (s *Server) resumeRefused(next http.Handler) http.Handler {
+// inJSON is in front of the gate's Admit, next: it answers the gate's refusal (503 with
+// Retry-After; no handler of sandboxd's answers 503) in JSON, {"error": why}, as the
+// rest of sandboxd's API answers, where the gate's plain text left a client that decodes
+// the answer a decode error, not the refusal (docs/faults.md row 2301). refusal says
+// why, and whether the connection is kept; it is asked only for a refusal, so that what
+// it says is as the gate refused.
+func inJSON(refusal func(r *http.Request) (why string, keep bool), next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("id")
-		if s.drainer.Gate().Closed() && s.pausedHere(id) {
-			w = &heldHereWriter{ResponseWriter: w, id: id}
-		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(&refusalWriter{ResponseWriter: w, refusal: func() (string, bool) { return refusal(r) }}, r)
 	})
 }
 
-// pausedHere reports whether the node holds sandbox id paused.
-func (s *Server) pausedHere(id string) bool {
-	for _, info := range s.node.List() {
-		if info.ID == id {
-			return info.State == sandbox.Paused
-		}
-	}
-	return false
+// createRefusal is why the gate refused a create: the retry belongs on another node, on
+// the new connection the gate's Connection: close makes.
+func createRefusal(*http.Request) (string, bool) {
+	return "sandboxd draining: create not started: not accepting new work: retry on another node after the Retry-After", false
 }
 
-// heldHereWriter answers the gate's refusal of a resume of sandbox id, which the node
-// holds paused, with where to resume it; any other answer goes out as it is. The resume's
-// own handler answers no 503: one is the gate's.
-type heldHereWriter struct {
+// resumeRefusal is why the gate refused a resume while sandboxd drains. The gate's words
+// send the retry to a node still ready, on a new connection; but a sandbox paused here
+// has its record and image in this node's
+// state directory (a hostPath), which no other node has, and a client that did as told
+// found no such sandbox there (404), as if it were gone (docs/faults.md row 2244, as
+// row 1552 for the gVisor worker's Restore). That refusal, still counted by the
+// gate, says to resume it here once sandboxd serves again, and keeps the connection. A
+// resume of any other sandbox keeps the gate's advice, to retry on another node.
+func (s *Server) resumeRefusal(r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	switch s.stateHere(id) {
+	case sandbox.Paused:
+		return fmt.Sprintf("sandboxd draining: resume of %s not started: its record and image are in this node's state directory, "+
+			"which no other node has: resume it here once sandboxd serves again", id), true
+	}
+	return fmt.Sprintf("sandboxd draining: resume of %s not started: not accepting new work: retry on another node after the Retry-After", id), false
+}
+
+// stateHere is the state of sandbox id on the node, or "" when it has none.
+func (s *Server) stateHere(id string) string {
+	for _, info := range s.node.List() {
+		if info.ID == id {
+			return info.State
+		}
+	}
+	return ""
+}
+
+// refusalWriter answers the gate's refusal in JSON, saying what refusal says; any other
+// answer goes out as it is.
+type refusalWriter struct {
 	http.ResponseWriter
-	id      string
+	refusal func() (why string, keep bool)
 	refused bool // the gate's refusal: its body is replaced
 }
 
-func (w *heldHereWriter) WriteHeader(code int) {
-	if code != http.StatusServiceUnavailable {
+func (w *refusalWriter) WriteHeader(code int) {
+	if code != http.StatusServiceUnavailable || w.refused {
 		w.ResponseWriter.WriteHeader(code)
 		return
 	}
 	w.refused = true
-	w.Header().Del("Connection") // a new connection would go to another node
+	why, keep := w.refusal()
+	if keep {
+		w.Header().Del("Connection") // a new connection would go to another node
+	}
 	w.Header().Del("X-Content-Type-Options")
-	writeError(w.ResponseWriter, code, fmt.Errorf("sandboxd draining: resume of %s not started: its record and image are in this node's state directory, "+
-		"which no other node has: resume it here once sandboxd serves again", w.id))
+	writeError(w.ResponseWriter, code, errors.New(why))
 }
 
-func (w *heldHereWriter) Write(p []byte) (int, error) {
+func (w *refusalWriter) Write(p []byte) (int, error) {
 	if w.refused {
 		return len(p), nil // the gate's words, replaced
 	}
 	return w.ResponseWriter.Write(p)
 }
+
+// Unwrap is for http.NewResponseController, whose deadlines and Flush are the
+// connection's.
+func (w *refusalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // hookRoutes is the preStop hook, served on its own listener and guarded: only a request
 // with the hook secret (or, without one, from loopback) may start a drain; every other
