@@ -10,6 +10,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/gaterefusals"
+	"github.com/drainkit/drainkit/pause"
 )
 
 // Fault (the gate review, as row 1552 for the gVisor worker's Restore): sandboxd refused
@@ -55,4 +56,37 @@ func TestResumeRefusedWhileDrainingSaysTheSandboxIsHere(t *testing.T) {
 	gd, ok := gaterefusals.Read(rep.Phase(drain.PhaseGate).Detail)
 	require.True(t, ok)
 	assert.Equal(t, []string{"http resume 2"}, gd.Kinds())
+}
+
+// Fault (the gate review, after row 2244): a resume refused while sandboxd drained of
+// a sandbox running here got the gate's answer for new work, text saying "not
+// accepting new work (resume)" on a connection it closed, so that the retry went to a
+// node still ready; but the drain pauses that sandbox here, its record and image in
+// this node's state directory, which no other node has, and there the retry found no
+// such sandbox (404), as row 2244's paused one did. Row 2244 covered paused ones only.
+// On loopback:
+//
+//	a sandbox created, running; the preStop call closes the gate
+//	resume of it:  before, the gate's words and Connection: close
+//	               now, 503 JSON with Retry-After, its ID, "the drain pauses it here"
+//	               and "resume it here", the connection kept
+//	the drain:     pauses it here; the Report counts the resume refused
+func TestResumeOfARunningSandboxRefusedWhileDrainingSaysToResumeItHere(t *testing.T) {
+	st := start(t, testConfig(t))
+	id := createSandbox(t, st.base)
+	code, _, body := call(t, "GET", st.hook+"/drain?wait=10ms", "")
+	require.Equal(t, http.StatusOK, code, body)
+
+	answer := refusedJSON(t, st.base+"/sandboxes/"+id+"/resume", "", false)
+	assert.Equal(t, "sandboxd draining: resume of "+id+" not started: it is running here, and the drain pauses it here: "+
+		"its record and image will be in this node's state directory, which no other node has: resume it here once sandboxd serves again", answer)
+
+	rep := st.shutdown(t)
+	gd, ok := gaterefusals.Read(rep.Phase(drain.PhaseGate).Detail)
+	require.True(t, ok)
+	assert.Equal(t, []string{"http resume 1"}, gd.Kinds())
+	require.NotNil(t, rep.Preserve)
+	require.Len(t, rep.Preserve.Entries, 1)
+	assert.Equal(t, id, rep.Preserve.Entries[0].ID)
+	assert.Equal(t, pause.Preserved, rep.Preserve.Entries[0].Outcome, "paused here by the drain")
 }

@@ -57,18 +57,22 @@ func createRefusal(*http.Request) (string, bool) {
 
 // resumeRefusal is why the gate refused a resume while sandboxd drains. The gate's words
 // send the retry to a node still ready, on a new connection; but a sandbox paused here
-// has its record and image in this node's
+// (docs/faults.md row 2244, as row 1552 for the gVisor worker's Restore), or running
+// here, which the drain pauses here (row 2302), has its record and image in this node's
 // state directory (a hostPath), which no other node has, and a client that did as told
-// found no such sandbox there (404), as if it were gone (docs/faults.md row 2244, as
-// row 1552 for the gVisor worker's Restore). That refusal, still counted by the
-// gate, says to resume it here once sandboxd serves again, and keeps the connection. A
-// resume of any other sandbox keeps the gate's advice, to retry on another node.
+// found no such sandbox there (404), as if it were gone. That refusal, still counted by
+// the gate, says to resume it here once sandboxd serves again, and keeps the
+// connection. A resume of any other sandbox keeps the gate's advice, to retry on
+// another node.
 func (s *Server) resumeRefusal(r *http.Request) (string, bool) {
 	id := r.PathValue("id")
 	switch s.stateHere(id) {
 	case sandbox.Paused:
 		return fmt.Sprintf("sandboxd draining: resume of %s not started: its record and image are in this node's state directory, "+
 			"which no other node has: resume it here once sandboxd serves again", id), true
+	case sandbox.Running:
+		return fmt.Sprintf("sandboxd draining: resume of %s not started: it is running here, and the drain pauses it here: "+
+			"its record and image will be in this node's state directory, which no other node has: resume it here once sandboxd serves again", id), true
 	}
 	return fmt.Sprintf("sandboxd draining: resume of %s not started: not accepting new work: retry on another node after the Retry-After", id), false
 }
