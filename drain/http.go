@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"reflect"
@@ -156,20 +157,32 @@ func (w *countedWriter) Write(p []byte) (n int, err error) {
 
 // ReadFrom copies src to the response as net/http's does (sendfile from a
 // file), a writeChunk at a time, or through Write where the server's
-// writer has no ReadFrom.
+// writer has no ReadFrom. net's sendfile looks for the file one
+// *io.LimitedReader deep: a src that is one (io.CopyN's, as
+// http.ServeContent and ServeFile send a file) gives its pieces over its
+// R, its N kept, where a LimitReader around it hid the file and every
+// byte was copied through user space (docs/faults.md row 2260).
 func (w *countedWriter) ReadFrom(src io.Reader) (n int64, err error) {
 	rf, ok := w.ResponseWriter.(io.ReaderFrom)
 	if !ok {
 		return io.Copy(struct{ io.Writer }{w}, src) // Write's pieces, not this ReadFrom again
 	}
-	for {
+	r, left := src, int64(math.MaxInt64)
+	if lr, ok := src.(*io.LimitedReader); ok {
+		r, left = lr.R, lr.N
+		defer func() { lr.N = left }()
+	}
+	for left > 0 {
+		piece := &io.LimitedReader{R: r, N: min(left, writeChunk)}
+		want := piece.N
 		var m int64
-		w.g.inWrite(func() { m, err = rf.ReadFrom(io.LimitReader(src, writeChunk)) })
-		n += m
-		if err != nil || m < writeChunk { // short of a piece: src ended
+		w.g.inWrite(func() { m, err = rf.ReadFrom(piece) })
+		n, left = n+m, left-m
+		if err != nil || m < want { // short of a piece: src ended
 			return n, err
 		}
 	}
+	return n, nil
 }
 
 // Flush flushes the response.
