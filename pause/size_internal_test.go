@@ -2,8 +2,14 @@ package pause
 
 import (
 	"context"
+	"flag"
+	"os"
+	"os/exec"
+	"runtime"
 	"runtime/metrics"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,10 +104,22 @@ func (s stackNoop) Preserve(context.Context) error {
 // the worker that decides them, once in the Preserver's life: a later Run
 // (as each of the benchmarks' but their first) starts at the level
 // learned and does not.
+//
+// The Run is measured in a child process that starts every goroutine on
+// 2 KiB (GODEBUG adaptivestackstart=0, onFirstStacks): by default the
+// runtime starts one on the average stack of those its last GC scanned,
+// and after deep stacks (a test before this one) the workers started on
+// a larger one, which no preserve grows, recover or not: the test passed with
+// recover called on every preserve (docs/faults.md row 2261), and a GC
+// that shrank a worker's stack mid-Run moved its next Preserve elsewhere.
 func TestAWorkerPreservesNoOpsOnItsFirstStack(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's frames are larger")
 	}
+	if !onFirstStacks(t) {
+		return
+	}
+	stacksDeepAtAGC() // a server's goroutines, or a test's before this one
 	var at [10]uintptr
 	var next atomic.Int32
 	list := make([]Sandbox, len(at))
@@ -134,4 +152,65 @@ func TestAWorkerPreservesNoOpsOnItsFirstStack(t *testing.T) {
 	if len(places) > workers {
 		t.Errorf("10 Preserves lay at %d places on the stacks of %d workers: a worker's stack grew as it preserved no-ops", len(places), workers)
 	}
+}
+
+// firstStacksChild is set in the environment of the child process that
+// onFirstStacks runs a test in.
+const firstStacksChild = "DRAINKIT_PAUSE_FIRST_STACKS"
+
+// onFirstStacks reports whether t runs in a process whose goroutines all
+// start on the runtime's least stack, 2 KiB, so that a worker's stack that
+// grows is seen. Otherwise it runs t alone in a child process of this test
+// binary that does, fails t with the child's output if the child fails,
+// and reports false: t is over.
+func onFirstStacks(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(firstStacksChild) != "" {
+		return true
+	}
+	args := []string{"-test.run=^" + t.Name() + "$", "-test.count=1", "-test.v"}
+	if f := flag.Lookup("test.gocoverdir"); f != nil && f.Value.String() != "" { // go test -cover counts the child's too
+		args = append(args, "-test.gocoverdir="+f.Value.String())
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	godebug := "adaptivestackstart=0" // last: the runtime takes the last setting of a key
+	if was := os.Getenv("GODEBUG"); was != "" {
+		godebug = was + "," + godebug
+	}
+	cmd.Env = append(os.Environ(), firstStacksChild+"=1", "GODEBUG="+godebug)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("%s in a child process whose goroutines start on 2 KiB: %v\n%s", t.Name(), err, out)
+	}
+	return false
+}
+
+// stacksDeepAtAGC has 64 goroutines 16 KiB deep alive at a GC, from whose
+// stacks the runtime by default picks the stack a goroutine starts on,
+// and returns once they have ended.
+func stacksDeepAtAGC() {
+	var deep, ended sync.WaitGroup
+	park := make(chan struct{})
+	for range 64 {
+		deep.Add(1)
+		ended.Go(func() { deepFrames(32, &deep, park) })
+	}
+	deep.Wait()
+	runtime.GC()
+	close(park)
+	ended.Wait()
+}
+
+// deepFrames says it is deep, then waits for park, under n frames of 512
+// bytes.
+//
+//go:noinline
+func deepFrames(n int, deep *sync.WaitGroup, park <-chan struct{}) byte {
+	var frame [512]byte
+	if n == 0 {
+		deep.Done()
+		<-park
+		return frame[0]
+	}
+	return deepFrames(n-1, deep, park) + frame[n%len(frame)]
 }
