@@ -41,26 +41,8 @@ import (
 //	         before: 55 s, the budget's deadline
 func TestHTTPStepDoesNotWaitToItsDeadlineForAResponseItsClientStoppedReading(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := &Gate{Exempt: []Class{Checkpoint}}
 		image := bytes.Repeat([]byte("x"), 64<<20)
-		wrote := make(chan error, 1)
-		mux := http.NewServeMux()
-		mux.Handle("POST /sandboxes/{id}/checkpoint", g.Admit(Checkpoint, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, err := w.Write(image)
-			wrote <- err
-		})))
-		srv := &http.Server{Handler: mux}
-		budget, err := deadline.New(60*time.Second, deadline.Config{})
-		require.NoError(t, err)
-		d, err := New(Config{Budget: budget, Gate: g,
-			Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
-			Steps:     []Step{HTTPServerStep("http", srv, 250*time.Millisecond)}})
-		require.NoError(t, err)
-		ln := pipenet.Listen("pipe")
-		go func() { _ = srv.Serve(ln) }()
-		client := &http.Client{Transport: &http.Transport{DialContext: ln.Dial}}
-		resp, err := client.Post("http://pipe/sandboxes/sb-0/checkpoint", "", nil)
-		require.NoError(t, err)
+		d, g, resp, wrote := checkpointOverPipes(t, image)
 		defer resp.Body.Close() // and read nothing of it
 		synctest.Wait()
 		require.Equal(t, 1, g.InFlight(Checkpoint), "the checkpoint's handler is in its Write")
@@ -86,26 +68,8 @@ func TestHTTPStepDoesNotWaitToItsDeadlineForAResponseItsClientStoppedReading(t *
 // step's 250 ms reserve is 64 KiB/s) from before SIGTERM to its end.
 func TestHTTPStepWaitsForAResponseItsClientReadsSlowly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := &Gate{Exempt: []Class{Checkpoint}}
 		image := bytes.Repeat([]byte("x"), 1<<20)
-		wrote := make(chan error, 1)
-		mux := http.NewServeMux()
-		mux.Handle("POST /sandboxes/{id}/checkpoint", g.Admit(Checkpoint, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, err := w.Write(image)
-			wrote <- err
-		})))
-		srv := &http.Server{Handler: mux}
-		budget, err := deadline.New(60*time.Second, deadline.Config{})
-		require.NoError(t, err)
-		d, err := New(Config{Budget: budget, Gate: g,
-			Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
-			Steps:     []Step{HTTPServerStep("http", srv, 250*time.Millisecond)}})
-		require.NoError(t, err)
-		ln := pipenet.Listen("pipe")
-		go func() { _ = srv.Serve(ln) }()
-		client := &http.Client{Transport: &http.Transport{DialContext: ln.Dial}}
-		resp, err := client.Post("http://pipe/sandboxes/sb-0/checkpoint", "", nil)
-		require.NoError(t, err)
+		d, _, resp, wrote := checkpointOverPipes(t, image)
 		defer resp.Body.Close()
 		read := make(chan int, 1)
 		go func() {
@@ -132,6 +96,35 @@ func TestHTTPStepWaitsForAResponseItsClientReadsSlowly(t *testing.T) {
 		assert.Equal(t, len(image), <-read, "the client read the whole image")
 		assert.Less(t, p.End.Sub(start), 55*time.Second, "before the step's deadline")
 	})
+}
+
+// checkpointOverPipes serves, over in-memory connections, a checkpoint
+// (exempt) whose handler sends image as its response in one Write, and
+// makes its POST; the Drainer's grace is 60 s, its http step's reserve
+// 250 ms. It returns the Drainer, its gate, the response, whose body the
+// caller reads, and the error of the handler's Write, once it returned.
+func checkpointOverPipes(t *testing.T, image []byte) (*Drainer, *Gate, *http.Response, <-chan error) {
+	t.Helper()
+	g := &Gate{Exempt: []Class{Checkpoint}}
+	wrote := make(chan error, 1)
+	mux := http.NewServeMux()
+	mux.Handle("POST /sandboxes/{id}/checkpoint", g.Admit(Checkpoint, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := w.Write(image)
+		wrote <- err
+	})))
+	srv := &http.Server{Handler: mux}
+	budget, err := deadline.New(60*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	d, err := New(Config{Budget: budget, Gate: g,
+		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
+		Steps:     []Step{HTTPServerStep("http", srv, 250*time.Millisecond)}})
+	require.NoError(t, err)
+	ln := pipenet.Listen("pipe")
+	go func() { _ = srv.Serve(ln) }()
+	client := &http.Client{Transport: &http.Transport{DialContext: ln.Dial}}
+	resp, err := client.Post("http://pipe/sandboxes/sb-0/checkpoint", "", nil)
+	require.NoError(t, err)
+	return d, g, resp, wrote
 }
 
 // Row 2181 on loopback, for a handler that sends a file with io.Copy,
