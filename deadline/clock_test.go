@@ -4,12 +4,12 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/wallstep"
 )
 
 // wallOnly is t as a time read from outside the process carries it: an exec hook's
@@ -162,24 +162,12 @@ func TestTightenWithTheSameDeletionAgainIsNoChange(t *testing.T) {
 	assert.True(t, kill == b.Kill(), "SIGKILL moved from %v to %v", kill, b.Kill())
 }
 
-// wallStepped is at as it was read while the node's wall clock was off by d (whole
-// seconds) from what it reads now: the same monotonic reading, a wall clock reading d
-// later. Package time has no way to make one short of stepping the node's clock, so it
-// sets the wall clock seconds of time.Time's unexported fields (the layout Go has kept
-// since 1.9), and fails if the result is not that.
+// wallStepped is at as it was read while the node's wall clock was off
+// by d (whole seconds) from what it reads now (wallstep.Stepped).
 func wallStepped(t *testing.T, at time.Time, d time.Duration) time.Time {
 	t.Helper()
-	require.True(t, onMonotonic(at) && d%time.Second == 0)
-	type layout struct { // time.Time's fields
-		wall uint64 // with a monotonic reading: seconds since 1885 in bits 30..62
-		ext  int64  // the monotonic reading
-		loc  *time.Location
-	}
-	out := at
-	p := (*layout)(unsafe.Pointer(&out))
-	p.wall += uint64(int64(d/time.Second)) << 30
-	require.True(t, out.Sub(at) == 0 && out.Round(0).Sub(at.Round(0)) == d,
-		"wallStepped no longer matches time.Time's layout: %v from %v", out, at)
+	out, err := wallstep.Stepped(at, d)
+	require.NoError(t, err)
 	return out
 }
 

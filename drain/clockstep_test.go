@@ -5,13 +5,13 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/internal/wallstep"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -36,7 +36,9 @@ func TestExecHookWaitsOutTheDrainAfterTheClockWasStepped(t *testing.T) {
 	budget, err := deadline.New(5*time.Second, deadline.Config{})
 	require.NoError(t, err)
 	start := time.Now()
-	require.True(t, budget.OnPreStop(wallStepped(t, start, -2*time.Second)), "T0, read while the clock was 2 s slow")
+	t0, err := wallstep.Stepped(start, -2*time.Second)
+	require.NoError(t, err)
+	require.True(t, budget.OnPreStop(t0), "T0, read while the clock was 2 s slow")
 	node := fakesandbox.NewNode()
 	node.AddN("sb", 1, 10*time.Millisecond) // runs on: the wait goes to its deadline
 	d, err := New(Config{Budget: budget, Sandboxes: pause.Lister(node)})
@@ -52,26 +54,4 @@ func TestExecHookWaitsOutTheDrainAfterTheClockWasStepped(t *testing.T) {
 	require.NotNil(t, sum)
 	assert.True(t, sum.Done)
 	assert.Equal(t, reasonDeadline, sum.Reason)
-}
-
-// wallStepped is at as it was read while the node's wall clock was off by d
-// (whole seconds) from what it reads now: the same monotonic reading, a
-// wall clock reading d later. Package time has no way to make one short of
-// stepping the node's clock, so it sets the wall clock seconds of
-// time.Time's unexported fields (the layout Go has kept since 1.9), and
-// fails if the result is not that; deadline's clock tests have its twin.
-func wallStepped(t *testing.T, at time.Time, d time.Duration) time.Time {
-	t.Helper()
-	require.True(t, at != at.Round(0) && d%time.Second == 0, "at on the monotonic clock, d whole seconds")
-	type layout struct { // time.Time's fields
-		wall uint64 // with a monotonic reading: seconds since 1885 in bits 30..62
-		ext  int64  // the monotonic reading
-		loc  *time.Location
-	}
-	out := at
-	p := (*layout)(unsafe.Pointer(&out))
-	p.wall += uint64(int64(d/time.Second)) << 30
-	require.True(t, out.Sub(at) == 0 && out.Round(0).Sub(at.Round(0)) == d,
-		"wallStepped no longer matches time.Time's layout: %v from %v", out, at)
-	return out
 }
