@@ -10,9 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/pipenet"
-	"github.com/drainkit/drainkit/pause"
 )
 
 // net/http's Shutdown looks at its connections at a doubling interval, up
@@ -39,12 +37,7 @@ func TestHTTPStepIsNotFailedByTheGapBetweenShutdownsLooks(t *testing.T) {
 			w.WriteHeader(http.StatusNoContent)
 		})))
 		srv := &http.Server{Handler: mux}
-		budget, err := deadline.New(60*time.Second, deadline.Config{})
-		require.NoError(t, err)
-		d, err := New(Config{Budget: budget, Gate: g,
-			Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
-			Steps:     []Step{HTTPServerStep("http", srv, 250*time.Millisecond)}})
-		require.NoError(t, err)
+		d := drainServing(t, g, srv, 60*time.Second)
 		ln := pipenet.Listen("pipe")
 		go func() { _ = srv.Serve(ln) }()
 		client := &http.Client{Transport: &http.Transport{DialContext: ln.Dial}}

@@ -113,18 +113,27 @@ func checkpointOverPipes(t *testing.T, image []byte) (*Drainer, *Gate, *http.Res
 		wrote <- err
 	})))
 	srv := &http.Server{Handler: mux}
-	budget, err := deadline.New(60*time.Second, deadline.Config{})
-	require.NoError(t, err)
-	d, err := New(Config{Budget: budget, Gate: g,
-		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
-		Steps:     []Step{HTTPServerStep("http", srv, 250*time.Millisecond)}})
-	require.NoError(t, err)
+	d := drainServing(t, g, srv, 60*time.Second)
 	ln := pipenet.Listen("pipe")
 	go func() { _ = srv.Serve(ln) }()
 	client := &http.Client{Transport: &http.Transport{DialContext: ln.Dial}}
 	resp, err := client.Post("http://pipe/sandboxes/sb-0/checkpoint", "", nil)
 	require.NoError(t, err)
 	return d, g, resp, wrote
+}
+
+// drainServing is the Drainer of a node with no sandboxes whose gate is g
+// and whose one step is srv's HTTP step, its reserve 250 ms, the grace of
+// its budget grace.
+func drainServing(t *testing.T, g *Gate, srv *http.Server, grace time.Duration) *Drainer {
+	t.Helper()
+	budget, err := deadline.New(grace, deadline.Config{})
+	require.NoError(t, err)
+	d, err := New(Config{Budget: budget, Gate: g,
+		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
+		Steps:     []Step{HTTPServerStep("http", srv, 250*time.Millisecond)}})
+	require.NoError(t, err)
+	return d
 }
 
 // Row 2181 on loopback, for a handler that sends a file with io.Copy,
@@ -153,12 +162,7 @@ func TestHTTPStepCutsASentFileItsClientStoppedReadingOnLoopback(t *testing.T) {
 		copied <- err
 	})))
 	srv := &http.Server{Handler: mux}
-	budget, err := deadline.New(10*time.Second, deadline.Config{})
-	require.NoError(t, err)
-	d, err := New(Config{Budget: budget, Gate: g,
-		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
-		Steps:     []Step{HTTPServerStep("http", srv, 250*time.Millisecond)}})
-	require.NoError(t, err)
+	d := drainServing(t, g, srv, 10*time.Second)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	go func() { _ = srv.Serve(ln) }()
