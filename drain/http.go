@@ -88,7 +88,7 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 					if live {
 						r.Body = body
 					}
-					w = &streamWriter{ResponseWriter: w, body: body}
+					w = &streamWriter{serverWriter: serverWriter{w}, body: body}
 					defer body.finish()
 				} else {
 					leave()
@@ -107,7 +107,7 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 			}
 			defer leave()
 			if c != Stream {
-				w = &countedWriter{ResponseWriter: w, g: g}
+				w = &countedWriter{serverWriter: serverWriter{w}, g: g}
 			}
 			h.ServeHTTP(w, r)
 		})
@@ -135,7 +135,7 @@ const writeChunk = 16 << 10
 // Push keep what a handler asserts (http.Flusher, http.Hijacker,
 // http.Pusher, the deprecated http.CloseNotifier) working.
 type countedWriter struct {
-	http.ResponseWriter
+	serverWriter
 	g *Gate
 }
 
@@ -194,21 +194,6 @@ func (w *countedWriter) FlushError() (err error) {
 	return err
 }
 
-// Hijack is the server's Hijack, where it has one (HTTP/1.x).
-func (w *countedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return http.NewResponseController(w.ResponseWriter).Hijack()
-}
-
-// CloseNotify is the server's, for a handler that still asserts the
-// deprecated http.CloseNotifier; nil, which never fires, where the
-// server's writer has none.
-func (w *countedWriter) CloseNotify() <-chan bool {
-	if cn, ok := w.ResponseWriter.(interface{ CloseNotify() <-chan bool }); ok {
-		return cn.CloseNotify()
-	}
-	return nil
-}
-
 // Push is the server's HTTP/2 push, where it has one; elsewhere it
 // returns http.ErrNotSupported, as a server's Push does for a client that
 // disabled push.
@@ -218,9 +203,6 @@ func (w *countedWriter) Push(target string, opts *http.PushOptions) error {
 	}
 	return http.ErrNotSupported
 }
-
-// Unwrap returns the server's ResponseWriter, for http.ResponseController.
-func (w *countedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // streamBody is the request body of a Stream the middleware admitted,
 // whose Reads its end wakes. A Body.Read does not watch the request's
@@ -323,7 +305,7 @@ func (b *streamBody) endedNow() bool {
 // what a handler asserts (http.Flusher, http.Hijacker, the deprecated
 // http.CloseNotifier) working.
 type streamWriter struct {
-	http.ResponseWriter
+	serverWriter
 	body *streamBody
 }
 
@@ -352,15 +334,20 @@ func (w *streamWriter) FlushError() (err error) {
 	return err
 }
 
+// serverWriter is the server's ResponseWriter as the middleware's writers
+// (countedWriter, streamWriter) embed it, with what a handler asserts of
+// it that they pass on unchanged.
+type serverWriter struct{ http.ResponseWriter }
+
 // Hijack is the server's Hijack, where it has one (HTTP/1.x).
-func (w *streamWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w serverWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return http.NewResponseController(w.ResponseWriter).Hijack()
 }
 
 // CloseNotify is the server's, for a handler that still asserts the
 // deprecated http.CloseNotifier (net/http's writers have it); nil, which
 // never fires, where the server's writer has none.
-func (w *streamWriter) CloseNotify() <-chan bool {
+func (w serverWriter) CloseNotify() <-chan bool {
 	if cn, ok := w.ResponseWriter.(interface{ CloseNotify() <-chan bool }); ok {
 		return cn.CloseNotify()
 	}
@@ -368,7 +355,7 @@ func (w *streamWriter) CloseNotify() <-chan bool {
 }
 
 // Unwrap returns the server's ResponseWriter, for http.ResponseController.
-func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w serverWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // finish is called as the handler returns: the rest of the body of an
 // ended stream is not waited for.
