@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,7 +78,7 @@ type Timeline struct {
 	Exit time.Time `json:"exit"`
 	// Killed reports whether SIGKILL had to be sent.
 	Killed bool    `json:"killed"`
-	Events []Event `json:"events"` // every step, in order
+	Events []Event `json:"events"` // every step, in time order
 }
 
 // Headroom is how long before the SIGKILL was due the process exited;
@@ -93,8 +94,18 @@ func (t *Timeline) String() string {
 	return b.String()
 }
 
-func (t *Timeline) event(format string, args ...any) {
-	t.Events = append(t.Events, Event{At: time.Now(), What: fmt.Sprintf(format, args...)})
+// event records what happens now.
+func (t *Timeline) event(format string, args ...any) { t.eventAt(time.Now(), format, args...) }
+
+// eventAt records what happened at, in time order among the events: a
+// moment learnt late (an exit seen while a kill was still under way) goes
+// before the later ones already recorded.
+func (t *Timeline) eventAt(at time.Time, format string, args ...any) {
+	i := len(t.Events)
+	for i > 0 && t.Events[i-1].At.After(at) {
+		i--
+	}
+	t.Events = slices.Insert(t.Events, i, Event{At: at, What: fmt.Sprintf(format, args...)})
 }
 
 // Remaining returns what the kubelet leaves between SIGTERM and SIGKILL
@@ -200,7 +211,7 @@ func terminate(ctx context.Context, p Process, hook Hook, grace time.Duration, r
 		}
 		t.HookEnd = time.Now()
 		if exit.seen() {
-			t.Events = append(t.Events, Event{At: exit.at, What: "process exited during the preStop hook"})
+			t.eventAt(exit.at, "process exited during the preStop hook")
 		}
 		if !ended {
 			t.HookKept = true
@@ -308,21 +319,24 @@ func signalAndWait(ctx context.Context, t *Timeline, p Process, exit *exitWatch)
 	select {
 	case <-exit.exited:
 		t.Exit = exit.at
-		t.Events = append(t.Events, Event{At: t.Exit, What: fmt.Sprintf("process exited, %v before SIGKILL", t.Headroom().Round(time.Millisecond))})
+		t.eventAt(t.Exit, "process exited, %v before SIGKILL", t.Headroom().Round(time.Millisecond))
 		_ = p.Kill() // the container stops: whatever is left in it dies
 		return true, nil
 	case <-timer.C:
 	}
 	t.Killed = true
+	// The SIGKILL is when it was sent: the runtime's kill returns only
+	// once the container is gone, or gave up, after the exit it caused.
+	sent := time.Now()
 	if err := p.Kill(); err != nil {
-		t.event("SIGKILL failed: %v", err)
+		t.eventAt(sent, "SIGKILL failed: %v", err)
 	} else {
-		t.event("SIGKILL to the container")
+		t.eventAt(sent, "SIGKILL to the container")
 	}
 	select {
 	case <-exit.exited:
 		t.Exit = exit.at
-		t.Events = append(t.Events, Event{At: t.Exit, What: "process exited after SIGKILL"})
+		t.eventAt(t.Exit, "process exited after SIGKILL")
 		return true, nil
 	case <-ctx.Done():
 		return false, fmt.Errorf("kubeletsim: process still running after SIGKILL: %w", ctx.Err())

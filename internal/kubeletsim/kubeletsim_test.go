@@ -3,6 +3,7 @@ package kubeletsim
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -678,4 +680,58 @@ func TestContainerHierarchiesAreFoundInMountinfo(t *testing.T) {
 	} {
 		assert.Equal(t, c.want, findHierarchies(c.mountinfo, c.own, c.cloneV2), c.name)
 	}
+}
+
+// slowKill is a container whose runtime takes the main process at once on
+// SIGKILL and then spends took more on the rest of the container (a cgroup
+// that stays busy, a process slow to die), and returns err.
+type slowKill struct {
+	*InProcess
+	took time.Duration
+	err  error
+}
+
+func (p slowKill) Kill() error {
+	_ = p.InProcess.Kill()
+	time.Sleep(p.took)
+	return p.err
+}
+
+// 0 SIGTERM (ignored) ........ 2 s SIGKILL, the main process exits at once
+// ... 3.1 s the runtime's kill returns, failed or not. The timeline reads
+// in time order: SIGKILL at 2 s, the exit at 2 s. The simulator stamped
+// the SIGKILL when its kill returned (3.1 s) and appended the exit (2 s)
+// after it.
+func TestTimelineReadsInTimeOrderWhenTheKillIsSlow(t *testing.T) {
+	for _, c := range []struct {
+		name, kill string
+		err        error
+	}{
+		{"the kill failed", "SIGKILL failed: cgroup busy", errors.New("cgroup busy")},
+		{"the kill succeeded", "SIGKILL to the container", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := slowKill{InProcess: NewInProcess(), took: 1100 * time.Millisecond, err: c.err}
+				tl, err := Terminate(context.Background(), p, nil, 2*time.Second)
+				require.NoError(t, err)
+				assert.Equal(t, []string{
+					"0s SIGTERM (SIGKILL due in 2s)",
+					"2s " + c.kill,
+					"2s process exited after SIGKILL",
+				}, eventsSinceT0(tl))
+				assert.True(t, slices.IsSortedFunc(tl.Events, func(a, b Event) int { return a.At.Compare(b.At) }), "%v", tl)
+			})
+		})
+	}
+}
+
+// eventsSinceT0 lists tl's events as "<time since T0> <what>", in the
+// order the timeline holds them.
+func eventsSinceT0(tl *Timeline) []string {
+	var lines []string
+	for _, e := range tl.Events {
+		lines = append(lines, fmt.Sprintf("%v %s", e.At.Sub(tl.Start), e.What))
+	}
+	return lines
 }
