@@ -12,8 +12,8 @@ import (
 )
 
 // A Child is a real child process in a container of its own, as the
-// kubelet's container runs: a cgroup where this process may make one
-// (root), which every process the child starts is in, whatever process
+// kubelet's container runs: a cgroup where this process may make one and
+// start a process in it (root), which every process the child starts is in, whatever process
 // group or session it moves to: cgroup v2's where it is mounted (a pure
 // v2 node, or the unified mount beside v1's) and the kernel forks into it
 // (Linux 5.7), else cgroup v1's pids hierarchy; and a process group of

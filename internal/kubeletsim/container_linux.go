@@ -177,6 +177,21 @@ func cloneIntoCgroup() bool {
 	return errno == unix.EBADF
 }
 
+// probeProgram is a program that is nowhere: procfs makes no such file.
+const probeProgram = "/proc/self/kubeletsim-no-program"
+
+// forkInto forks a process into the v2 cgroup open at fd as Start does
+// (os/exec's SysProcAttr.UseCgroupFD: clone3 with CLONE_INTO_CGROUP), one
+// that ends at once, its exec of probeProgram failing. It returns what the
+// start returned: ENOENT, the exec's, once the kernel forked into the
+// cgroup; the fork's error where it refused to.
+func forkInto(fd int) error {
+	_, err := syscall.ForkExec(probeProgram, []string{probeProgram}, &syscall.ProcAttr{
+		Sys: &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd},
+	})
+	return err
+}
+
 // A container is the cgroup a Child runs in, as a pod's container runs in
 // one: its processes are every process the child started, in whatever
 // process group or session, however they daemonized.
@@ -230,13 +245,20 @@ func startUncontained(cmd *exec.Cmd, reaped func(error)) (*container, error) {
 
 // startV2 starts cmd in c's v2 cgroup, forked straight into it
 // (CLONE_INTO_CGROUP). It reports false, and cmd unstarted, where the
-// cgroup cannot be opened.
+// cgroup cannot be opened or the kernel refuses to fork into it: a user
+// who is not root may make a cgroup in a directory of theirs and still
+// not move a process into it (that needs write access to the cgroup.procs
+// of the common ancestor too), and a failed Start cannot be retried in
+// the next hierarchy (it closes the pipes it made).
 func (c *container) startV2(cmd *exec.Cmd, reaped func(error)) (bool, error) {
 	fd, err := unix.Open(c.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false, err
 	}
 	defer unix.Close(fd)
+	if err := forkInto(fd); !errors.Is(err, syscall.ENOENT) {
+		return false, fmt.Errorf("kubeletsim: fork into %s: %w", c.dir, err)
+	}
 	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	if err := cmd.Start(); err != nil {
 		return true, err

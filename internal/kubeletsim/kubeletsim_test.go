@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/procstat"
@@ -53,6 +54,8 @@ func TestMain(m *testing.M) {
 		select {}
 	case "daemonize": // leave the process group two ways, as device daemons and VMMs do
 		os.Exit(daemonize())
+	case "start-a-child": // as the user it was started as
+		os.Exit(startAChild())
 	}
 }
 
@@ -83,6 +86,22 @@ func daemonize() int {
 			return 0
 		}
 	}
+}
+
+// startAChild is the role of a simulator run by a user who is not root:
+// it starts a child with Start and says where it ran.
+func startAChild() int {
+	child, err := Start(exec.Command("true"))
+	if err != nil {
+		fmt.Println("start failed:", err)
+		return 4
+	}
+	fmt.Printf("started, its container's cgroup %q\n", child.container.cgroup())
+	if err := child.Err(); err != nil {
+		fmt.Println("the child failed:", err)
+		return 5
+	}
+	return 0
 }
 
 func TestRemainingIsTheKubeletArithmetic(t *testing.T) {
@@ -734,4 +753,51 @@ func eventsSinceT0(tl *Timeline) []string {
 		lines = append(lines, fmt.Sprintf("%v %s", e.At.Sub(tl.Start), e.What))
 	}
 	return lines
+}
+
+// A simulator run by a user who is not root, in a cgroup v2 whose
+// directory is theirs but not its cgroup.procs (a directory handed over
+// without the rest of a delegation): the container's cgroup can be made
+// there, but the kernel refuses to fork into it (moving a process needs
+// write access to the cgroup.procs of the common ancestor). Start failed
+// every child with "fork/exec: permission denied"; it goes on to the next
+// hierarchy, here the process group, and leaves no cgroup behind.
+func TestStartThatMayNotForkIntoTheCgroupFallsBack(t *testing.T) {
+	h := machineHierarchy(t, true)
+	parent := filepath.Join(h.parent, fmt.Sprintf("kubeletsimtest-user-%d", os.Getpid()))
+	require.NoError(t, os.Mkdir(parent, 0o755))
+	t.Cleanup(func() { assert.NoError(t, removeCgroup(parent)) })
+	const nobody = 65534
+	require.NoError(t, os.Chown(parent, nobody, nobody))
+	fd, err := unix.Open(parent, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+
+	cmd := exec.Command(executableByAnyone(t), "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=start-a-child")
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential:  &syscall.Credential{Uid: nobody, Gid: nobody},
+		UseCgroupFD: true, CgroupFD: fd, // the simulator runs in parent
+	}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "started, its container's cgroup \"\"\n", string(out), "the container is the process group")
+	subs, err := subCgroups(parent)
+	require.NoError(t, err)
+	assert.Empty(t, subs, "no cgroup left behind")
+}
+
+// executableByAnyone copies this test binary where any user may run it.
+func executableByAnyone(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kubeletsim-test-bin-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	b, err := os.ReadFile(os.Args[0])
+	require.NoError(t, err)
+	bin := filepath.Join(dir, "kubeletsim.test")
+	require.NoError(t, os.WriteFile(bin, b, 0o755))
+	return bin
 }
