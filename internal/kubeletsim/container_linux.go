@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -155,26 +154,21 @@ func (m mount) dirOf(path string) (string, bool) {
 	return dir, true
 }
 
-// cloneArgs is clone3's struct clone_args up to its cgroup field
-// (CLONE_ARGS_SIZE_VER2).
-type cloneArgs struct {
-	flags, pidfd, childTID, parentTID, exitSignal, stack, stackSize, tls, setTID, setTIDSize, cgroup uint64
-}
-
 // cloneIntoCgroup reports whether the kernel starts a process in a cgroup
 // v2 of the parent's choosing (clone3's CLONE_INTO_CGROUP, Linux 5.7),
 // the only way to start one in a v2 cgroup with nothing it runs before it
 // is there: v2 moves whole processes, never one thread as v1 does. It
-// asks clone3 for a process in the cgroup of a descriptor no process can
-// have open (above the kernel's largest nr_open), which a kernel that has
-// the flag refuses with EBADF before any process exists; one without it
-// says EINVAL, and a seccomp filter that refuses clone3 (container
-// runtimes' default profiles) ENOSYS: Go's os/exec would then fail every
-// start, with no retry possible (a failed Start closes its pipes).
+// starts a process as Start would, in the cgroup of a descriptor no
+// process can have open (above the kernel's largest nr_open), which a
+// kernel that has the flag refuses with EBADF before any process exists;
+// one without it says EINVAL, and a seccomp filter that refuses clone3
+// (container runtimes' default profiles) ENOSYS: Go's os/exec would then
+// fail every start, with no retry possible (a failed Start closes its
+// pipes). The fork is os/exec's own (SysProcAttr.UseCgroupFD), never a
+// clone3 by hand: that would copy only the calling thread of this
+// multi-threaded program, in the middle of the runtime's state.
 func cloneIntoCgroup() bool {
-	args := cloneArgs{flags: unix.CLONE_INTO_CGROUP | unix.CLONE_VM, exitSignal: uint64(unix.SIGCHLD), cgroup: math.MaxInt32}
-	_, _, errno := unix.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args), 0)
-	return errno == unix.EBADF
+	return errors.Is(forkInto(math.MaxInt32), syscall.EBADF)
 }
 
 // probeProgram is a program that is nowhere: procfs makes no such file.
