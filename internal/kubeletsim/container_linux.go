@@ -3,8 +3,10 @@
 package kubeletsim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -19,10 +21,98 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/procstat"
 )
 
 // containers numbers the cgroups this process makes.
 var containers atomic.Uint64
+
+// cgroupPrefix begins the name of each cgroup a simulator makes:
+// kubeletsim-NS-PID-START-N, the inode of its PID namespace, its PID, its
+// start time (which tells it from a later process given the same PID) and
+// a count, so that a later simulator can tell the cgroups of one that is
+// gone.
+const cgroupPrefix = "kubeletsim-"
+
+// owner is what names this process in the names of its cgroups: NS-PID-START.
+var owner = sync.OnceValue(func() string {
+	ns, pid := pidNamespace(), os.Getpid()
+	st, err := procstat.Read(pid)
+	if ns == 0 || err != nil {
+		return fmt.Sprintf("0-%d-0", pid) // never taken for a simulator that is gone
+	}
+	return fmt.Sprintf("%d-%d-%d", ns, pid, st.StartTime)
+})
+
+// pidNamespace returns the inode of this process's PID namespace; 0 where
+// it cannot be read.
+func pidNamespace() uint64 {
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/ns/pid", &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// cgroupName names a new cgroup of this process's.
+func cgroupName() string {
+	return fmt.Sprintf("%s%s-%d", cgroupPrefix, owner(), containers.Add(1))
+}
+
+// ownerGone reports whether the cgroup called name was made by a
+// simulator that is gone: one of this PID namespace with no process of
+// its PID started when it did. A simulator SIGKILLed (a test's timeout,
+// an OOM kill) removed none of its cgroups, and what ran in them runs on.
+// A name of another form, or of another PID namespace, is not one it can
+// tell: false.
+func ownerGone(name string) bool {
+	rest, ok := strings.CutPrefix(name, cgroupPrefix)
+	f := strings.Split(rest, "-")
+	if !ok || len(f) != 4 {
+		return false
+	}
+	ns, err1 := strconv.ParseUint(f[0], 10, 64)
+	pid, err2 := strconv.Atoi(f[1])
+	start, err3 := strconv.ParseUint(f[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || ns == 0 || ns != pidNamespace() || pid <= 0 {
+		return false
+	}
+	st, err := procstat.Read(pid)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	return err == nil && st.StartTime != start
+}
+
+// goneTried holds the cgroups of gone simulators this process has tried
+// to remove. A process SIGKILL cannot end (frozen by cgroup v1's freezer,
+// as a paused sandbox is; asleep on a dead device) keeps its cgroup busy
+// for as long as the kill waits, which no Start should pay twice.
+var goneTried sync.Map
+
+// goneBound is how long a Start waits for a gone simulator's cgroup to
+// empty: what a SIGKILL ends is gone well within it, and a Start (any
+// test's, on a CI machine) should not pay a kill's whole bound for what
+// SIGKILL cannot end.
+const goneBound = 2 * time.Second
+
+// removeGone kills what runs in the cgroups in h's parent made by
+// simulators that are gone, as each would have at its child's exit, and
+// removes them; one that cannot be removed is tried once a process, and
+// left to the next simulator.
+func removeGone(h hierarchy) {
+	entries, _ := os.ReadDir(h.parent)
+	for _, e := range entries {
+		dir := filepath.Join(h.parent, e.Name())
+		if !e.IsDir() || !ownerGone(e.Name()) {
+			continue
+		}
+		if _, tried := goneTried.LoadOrStore(dir, true); !tried {
+			_, _ = (&container{dir: dir, v2: h.v2, freeze: h.freeze, wait: goneBound}).kill()
+		}
+	}
+}
 
 // A hierarchy is a cgroup hierarchy a container can be made in: cgroup
 // v2's, where containerd and runc make a container's cgroup on most
@@ -194,17 +284,21 @@ type container struct {
 	dir    string // the cgroup's directory; "" once removed, or when none was made
 	v2     bool
 	freeze bool // hierarchy.freeze
+	// wait is how long a kill waits for the cgroup to empty; zero: killBound.
+	wait time.Duration
 }
 
 // startContained starts cmd in a new cgroup below this process's own, in
 // the first of hs where one can be made, and calls reaped with what Wait
 // returned once the child has exited; then it kills the rest of the
-// container (a container stops when its main process exits). Where no
+// container (a container stops when its main process exits). First it
+// removes the cgroups of simulators that are gone (removeGone). Where no
 // cgroup can be made (not root, none of hs) the container is only the
 // child's process group.
 func startContained(hs []hierarchy, cmd *exec.Cmd, reaped func(error)) (*container, error) {
 	for _, h := range hs {
-		dir := filepath.Join(h.parent, fmt.Sprintf("kubeletsim-%d-%d", os.Getpid(), containers.Add(1)))
+		removeGone(h)
+		dir := filepath.Join(h.parent, cgroupName())
 		if os.Mkdir(dir, 0o755) != nil {
 			continue
 		}
@@ -325,14 +419,15 @@ func (c *container) kill() (bool, error) {
 	if c.dir == "" {
 		return false, nil
 	}
+	bound := cmp.Or(c.wait, killBound)
 	var err error
 	switch {
 	case !c.v2:
-		err = killUntilEmpty(c.dir, sigkillEach)
+		err = killUntilEmpty(c.dir, bound, sigkillEach)
 	case c.freeze:
-		err = killFrozen(c.dir)
+		err = killFrozen(c.dir, bound)
 	default:
-		err = killV2(c.dir)
+		err = killV2(c.dir, bound)
 	}
 	if err == nil {
 		err = removeCgroup(c.dir)
@@ -352,9 +447,9 @@ const killBound = 10 * time.Second
 
 // killUntilEmpty reads the processes of the cgroup at dir, its
 // descendants' included, and calls kill with them until there are none,
-// for killBound at most.
-func killUntilEmpty(dir string, kill func(pids []int) error) error {
-	for end := time.Now().Add(killBound); ; {
+// for bound at most.
+func killUntilEmpty(dir string, bound time.Duration, kill func(pids []int) error) error {
+	for end := time.Now().Add(bound); ; {
 		pids, err := cgroupPids(dir)
 		if err != nil {
 			return err
@@ -366,7 +461,7 @@ func killUntilEmpty(dir string, kill func(pids []int) error) error {
 			return err
 		}
 		if time.Now().After(end) {
-			return fmt.Errorf("kubeletsim: %s still has processes %v after SIGKILL for %v", dir, pids, killBound)
+			return fmt.Errorf("kubeletsim: %s still has processes %v after SIGKILL for %v", dir, pids, bound)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -375,23 +470,23 @@ func killUntilEmpty(dir string, kill func(pids []int) error) error {
 // killV2 has the kernel SIGKILL the whole cgroup, descendants included,
 // none able to fork past it: 1 written to cgroup.kill, as runc does
 // (Linux 5.14). Without cgroup.kill, killFrozen.
-func killV2(dir string) error {
+func killV2(dir string, bound time.Duration) error {
 	err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
 	if errors.Is(err, os.ErrNotExist) {
-		return killFrozen(dir)
+		return killFrozen(dir, bound)
 	}
 	if err != nil {
 		return err
 	}
-	return killUntilEmpty(dir, func([]int) error { return nil }) // dying
+	return killUntilEmpty(dir, bound, func([]int) error { return nil }) // dying
 }
 
 // killFrozen SIGKILLs a v2 cgroup's processes as runc does without
 // cgroup.kill: frozen, so that none forks past the read of cgroup.procs,
 // then each SIGKILLed, then thawed (a frozen process dies of SIGKILL
 // too, but the freezer may not have caught one yet).
-func killFrozen(dir string) error {
-	return killUntilEmpty(dir, func([]int) error {
+func killFrozen(dir string, bound time.Duration) error {
+	return killUntilEmpty(dir, bound, func([]int) error {
 		if err := freeze(dir); err != nil {
 			return err
 		}

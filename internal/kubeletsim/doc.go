@@ -10,7 +10,9 @@
 // hierarchy, found in /proc/self/mountinfo, and in its own
 // process group, so SIGKILL takes its daemons too, those that left the
 // group or daemonized included, as the container runtime kills the
-// container's cgroup; without a cgroup, the process group alone), and an
+// container's cgroup; without a cgroup, the process group alone; the
+// cgroups a simulator SIGKILLed left, the next Start removes, with what
+// runs in them), and an
 // in-process one (NewInProcess) for code running under
 // testing/synctest, where SIGTERM arrives on a channel and SIGKILL is a
 // channel the code must obey.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -56,6 +57,8 @@ func TestMain(m *testing.M) {
 		os.Exit(daemonize())
 	case "start-a-child": // as the user it was started as
 		os.Exit(startAChild())
+	case "killed-with-a-child": // a simulator SIGKILLed with its child running
+		os.Exit(killedWithAChild(os.Getenv("CGROUP_V2") != ""))
 	}
 }
 
@@ -102,6 +105,28 @@ func startAChild() int {
 		return 5
 	}
 	return 0
+}
+
+// killedWithAChild is the role of a simulator that is SIGKILLed (a
+// test's timeout, an OOM kill, a person's kill -9) while its child runs
+// in a container of the layout asked for: it says the child's PID and
+// container, one line, and SIGKILLs itself once its stdin ends.
+func killedWithAChild(v2 bool) int {
+	for _, h := range hierarchies() {
+		if h.v2 != v2 {
+			continue
+		}
+		child, err := start(exec.Command("sleep", "3600"), []hierarchy{h})
+		if err != nil {
+			fmt.Println("start failed:", err)
+			return 4
+		}
+		fmt.Printf("%d %s\n", child.Cmd.Process.Pid, child.container.cgroup())
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	fmt.Println("no such hierarchy")
+	return 3
 }
 
 func TestRemainingIsTheKubeletArithmetic(t *testing.T) {
@@ -800,4 +825,154 @@ func executableByAnyone(t *testing.T) string {
 	bin := filepath.Join(dir, "kubeletsim.test")
 	require.NoError(t, os.WriteFile(bin, b, 0o755))
 	return bin
+}
+
+// 0 a simulator starts a child in a container, and is SIGKILLed (a test's
+// timeout, an OOM kill): nothing removes the container's cgroup, and its
+// child runs on, on the CI machine, across runs. The next simulator's
+// Start removes the cgroups of simulators that are gone, killing what
+// ran in them, and keeps those of simulators still running, its own
+// included. It left them: 1 cgroup of 1, and its child alive.
+func TestStartRemovesTheCgroupsOfASimulatorThatWasKilled(t *testing.T) {
+	for _, layout := range containerLayouts[:2] { // v1 pids, v2
+		t.Run(layout.name, func(t *testing.T) {
+			h := machineHierarchy(t, layout.v2)
+			own, _ := startDaemonizing(t, h, false) // a container of a simulator still running
+			orphan, leftDir := startInASimulatorKilled(t, layout.v2, nil)
+
+			child, err := start(exec.Command("true"), []hierarchy{h})
+			require.NoError(t, err)
+			require.NoError(t, child.Err())
+
+			assert.NoDirExists(t, leftDir, "the killed simulator's cgroup is removed")
+			assert.Eventually(t, func() bool { return !alive(orphan) }, 10*time.Second, 5*time.Millisecond,
+				"the child it left is killed")
+			assert.DirExists(t, own.container.cgroup(), "a running simulator's container is kept")
+			assert.True(t, alive(own.Cmd.Process.Pid))
+		})
+	}
+}
+
+// startInASimulatorKilled runs the killed-with-a-child role in the layout
+// asked for, calls whileAlive (if not nil) with the PID of its child and
+// that child's container before the simulator is killed (a simulator
+// still running has its cgroups left alone, by another test binary's
+// Start too), and returns them. The test's cleanup kills the child and
+// removes the container if Start left them.
+func startInASimulatorKilled(t *testing.T, v2 bool, whileAlive func(pid int, dir string)) (int, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=killed-with-a-child")
+	if v2 {
+		cmd.Env = append(cmd.Env, "CGROUP_V2=1")
+	}
+	kill, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	var pid int
+	var dir string
+	_, scanErr := fmt.Sscanf(line, "%d %s", &pid, &dir)
+	if err == nil && scanErr == nil {
+		t.Cleanup(func() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_, _ = (&container{dir: dir, v2: v2}).kill()
+		})
+		if whileAlive != nil {
+			whileAlive(pid, dir)
+		}
+	}
+	_ = kill.Close()
+	require.ErrorContains(t, cmd.Wait(), "killed", "%s", line)
+	require.NoError(t, scanErr, "%s", line)
+	require.NotEmpty(t, dir)
+	return pid, dir
+}
+
+// A cgroup is taken for a gone simulator's only by a name that says so:
+// its PID namespace this one, and no process of its PID started when it
+// did; the names of running simulators (this one), of other namespaces
+// and of other forms (another program's, an older simulator's) are kept.
+func TestOwnerGoneTellsOnlyTheCgroupsOfSimulatorsThatAreGone(t *testing.T) {
+	ns, pid := pidNamespace(), os.Getpid()
+	require.NotZero(t, ns)
+	st, err := procstat.Read(pid)
+	require.NoError(t, err)
+	exited := exec.Command("true")
+	require.NoError(t, exited.Run())
+	for _, c := range []struct {
+		name string
+		gone bool
+	}{
+		{cgroupName(), false},
+		{fmt.Sprintf("kubeletsim-%d-%d-%d-1", ns, pid, st.StartTime), false},
+		{fmt.Sprintf("kubeletsim-%d-%d-%d-1", ns, pid, st.StartTime+1), true}, // the PID given to a later process
+		{fmt.Sprintf("kubeletsim-%d-%d-%d-1", ns, exited.Process.Pid, st.StartTime), true},
+		{fmt.Sprintf("kubeletsim-%d-%d-%d-1", ns+1, exited.Process.Pid, st.StartTime), false},
+		{fmt.Sprintf("kubeletsim-0-%d-0-1", exited.Process.Pid), false},
+		{fmt.Sprintf("kubeletsim-%d-1", exited.Process.Pid), false},
+		{"sb-00266ce696c9", false},
+	} {
+		assert.Equal(t, c.gone, ownerGone(c.name), c.name)
+	}
+}
+
+// A gone simulator's child that SIGKILL cannot end (frozen by cgroup v1's
+// freezer, as a paused sandbox is; in an uninterruptible sleep on a dead
+// device) keeps its cgroup busy: the first Start waits for it, goneBound
+// (a kill's whole killBound, 10 s, at first), and gives up; a later Start
+// of the same process does not wait for it again, leaving it to the next
+// simulator. Each Start waited the whole killBound again.
+func TestStartWaitsForAGoneSimulatorsCgroupOnce(t *testing.T) {
+	h := machineHierarchy(t, false)
+	freezer := v1Freezer(t)
+	frozen := filepath.Join(freezer, fmt.Sprintf("kubeletsimtest-frozen-%d", os.Getpid()))
+	require.NoError(t, os.Mkdir(frozen, 0o755))
+	t.Cleanup(func() { assert.NoError(t, removeCgroup(frozen)) }) // once its child was killed
+	thaw := func() { _ = os.WriteFile(filepath.Join(frozen, "freezer.state"), []byte("THAWED"), 0) }
+	_, leftDir := startInASimulatorKilled(t, false, func(pid int, _ string) {
+		t.Cleanup(thaw) // before the child is killed
+		require.NoError(t, os.WriteFile(filepath.Join(frozen, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0))
+		require.NoError(t, os.WriteFile(filepath.Join(frozen, "freezer.state"), []byte("FROZEN"), 0))
+	})
+
+	for i := range 2 {
+		began := time.Now()
+		child, err := start(exec.Command("true"), []hierarchy{h})
+		require.NoError(t, err)
+		require.NoError(t, child.Err())
+		took := time.Since(began)
+		t.Logf("Start %d took %v", i+1, took)
+		require.DirExists(t, leftDir, "the frozen child keeps the gone simulator's cgroup busy")
+		if i == 1 {
+			assert.Less(t, took, goneBound/2, "the second Start did not wait for it again")
+		}
+	}
+}
+
+// v1Freezer returns the directory of this process's cgroup in cgroup v1's
+// freezer hierarchy, or says it is missing.
+func v1Freezer(t *testing.T) string {
+	t.Helper()
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	own, err := os.ReadFile("/proc/self/cgroup")
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(own), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || parts[1] != "freezer" {
+			continue
+		}
+		for _, l := range strings.Split(string(mountinfo), "\n") {
+			if m, ok := parseMount(l); ok && m.fstype == "cgroup" && slices.Contains(strings.Split(m.options, ","), "freezer") {
+				if dir, ok := m.dirOf(parts[2]); ok {
+					return dir
+				}
+			}
+		}
+	}
+	realpart.Missing(t, "cgroup v1's freezer hierarchy (a cgroup mount with the freezer controller in /proc/self/mountinfo)")
+	return ""
 }
