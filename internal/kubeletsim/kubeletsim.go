@@ -320,7 +320,12 @@ func signalAndWait(ctx context.Context, t *Timeline, p Process, exit *exitWatch)
 	case <-exit.exited:
 		t.Exit = exit.at
 		t.eventAt(t.Exit, "process exited, %v before SIGKILL", t.Headroom().Round(time.Millisecond))
-		_ = p.Kill() // the container stops: whatever is left in it dies
+		// The container stops: whatever is left in it dies, or the
+		// timeline says it may not have.
+		stopped := time.Now()
+		if err := p.Kill(); err != nil {
+			t.eventAt(stopped, "SIGKILL to the rest of the container failed: %v", err)
+		}
 		return true, nil
 	case <-timer.C:
 	}

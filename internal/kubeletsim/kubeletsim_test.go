@@ -976,3 +976,22 @@ func v1Freezer(t *testing.T) string {
 	realpart.Missing(t, "cgroup v1's freezer hierarchy (a cgroup mount with the freezer controller in /proc/self/mountinfo)")
 	return ""
 }
+
+// 0 SIGTERM ... 0.5 s the main process exits; the container stops, and
+// the kill of what is left in it fails (a process SIGKILL cannot end,
+// its cgroup busy). The timeline says so: it said nothing, a clean exit,
+// with what the container held still running.
+func TestTimelineSaysTheContainersStopFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := slowKill{InProcess: NewInProcess(), took: time.Second, err: errors.New("cgroup busy")}
+		go func() { <-p.Signals(); time.Sleep(500 * time.Millisecond); p.Exit() }()
+		tl, err := Terminate(context.Background(), p, nil, 2*time.Second)
+		require.NoError(t, err)
+		assert.False(t, tl.Killed)
+		assert.Equal(t, []string{
+			"0s SIGTERM (SIGKILL due in 2s)",
+			"500ms process exited, 1.5s before SIGKILL",
+			"500ms SIGKILL to the rest of the container failed: cgroup busy",
+		}, eventsSinceT0(tl))
+	})
+}
