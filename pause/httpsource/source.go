@@ -264,7 +264,8 @@ type Config struct {
 	// http.request.method, and http.response.status_code (with error.type
 	// the same code, as a string, for a status of 400 or more, as the
 	// OpenTelemetry HTTP client conventions say), or error.type alone when
-	// no answer came ("timeout" or "_OTHER"); nil means
+	// no answer came ("timeout", "canceled" for a request its context's
+	// cancellation cut, or "_OTHER"); nil means
 	// otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 }
@@ -1005,10 +1006,7 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 	if s.cfg.keyFile != nil {
 		use = s.cfg.keyFile.answered(use)
 	}
-	result := attribute.String("error.type", "_OTHER") // no answer
-	if errors.Is(err, context.DeadlineExceeded) {
-		result = attribute.String("error.type", "timeout")
-	}
+	result := attribute.String("error.type", noAnswerType(ctx, err))
 	var errStatus []attribute.KeyValue // an error status's error.type, as the HTTP client conventions set it
 	defer func() {
 		s.latency.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), metric.WithAttributes(append([]attribute.KeyValue{
@@ -1057,6 +1055,24 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 	se := &StatusError{Op: op, URL: redact(target), StatusCode: resp.StatusCode, Body: snippet(body), key: use}
 	s.readRetryAfter(se, resp.Header.Get("Retry-After"))
 	return nil, resp.Header, resp.StatusCode, se
+}
+
+// noAnswerType is the error.type of a request that got no answer, err:
+// "timeout" when a deadline ended it (ctx's, a timeout of the Source's,
+// the client's), "canceled" when its context was cancelled first (a
+// readiness probe that gave up on the listing it asked for, a drain's
+// Force: the caller's doing, not the server's), "_OTHER" for the rest (a
+// connection refused or reset). Recorded "_OTHER", a cancelled request was
+// counted with the server's failures (docs/faults.md row 2360).
+func noAnswerType(ctx context.Context, err error) string {
+	cut := ctx.Err() != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, context.Cause(ctx)))
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), cut && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return "timeout"
+	case cut:
+		return "canceled"
+	}
+	return "_OTHER"
 }
 
 // readRetryAfter reads the Retry-After header v of se's answer into se. A
