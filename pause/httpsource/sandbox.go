@@ -82,6 +82,13 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		sent := s.checks.sending()
 		_, _, status, err := s.do(rctx, "pause", s.cfg.pauseMethod, target)
 		cancel()
+		if err != nil && status/100 == 2 {
+			// The status is the answer, whatever became of a body no pause
+			// reads: taken for no answer, a sandbox the server had paused
+			// was failed when no retry was left (docs/faults.md row 2361).
+			s.cfg.logger.Debug("httpsource: pause answered, its body cut", "sandbox", b.id, "status", status, "err", err)
+			err = nil
+		}
 		var se *StatusError
 		overloaded := errors.As(err, &se) && se.Overloaded()
 		others := s.lim.release(overloaded, err == nil)

@@ -416,7 +416,8 @@ func (c Config) resolve() config {
 // exceeded" alone (errors.As does not find that answer: it is no answer to
 // this pause).
 //
-// A 2xx answer to a pause is the sandbox preserved, except 202 Accepted,
+// A 2xx answer to a pause is the sandbox preserved, its body cut or not
+// (a pause reads none), except 202 Accepted,
 // which says the pause has begun, not that it is done: the sandbox is
 // preserved once a listing no longer shows it in a running state (polled
 // from 50 ms, each wait twice the last, up to 1 s apart, and a listing
@@ -1034,7 +1035,9 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	switch {
 	case err != nil && resp.StatusCode/100 == 2:
-		return nil, nil, 0, fmt.Errorf("httpsource: %s %s: reading body: %w", op, redact(target), err)
+		// With its status: a listing needs its body, a pause does not
+		// (preserve).
+		return nil, nil, resp.StatusCode, fmt.Errorf("httpsource: %s %s: reading body: %w", op, redact(target), err)
 	case err != nil:
 		// The status came: it is the answer, whatever became of its body.
 		// Taken for no answer, a 404 cut so made the next one "gone after
