@@ -584,35 +584,44 @@ func (b *sandbox) holdOff(ctx context.Context) error {
 }
 
 // A noAnswer is the error of a pause that got no answer, err (a connection
-// failure, the pause timeout, its context ending), sent after the server
-// answered an earlier pause of the same sandbox with a failure, before: a
-// 5xx (AgentENV's snapshot failed, the VM resumed) or a 409 naming a pause
-// in progress. That answer is why the pause was sent again, and what the
-// server said of the sandbox: said as err alone, a pause the hard deadline
-// cut read "no answer before its context ended: ... context deadline
-// exceeded" in the Report, and the 500 was lost (docs/faults.md row 1760).
-// It unwraps to err alone: the answer before is no answer to this pause.
+// failure, the pause timeout, its context ending), sent after an earlier
+// pause of the same sandbox failed, before: the server answered it with a
+// failure (*StatusError: a 5xx, AgentENV's snapshot failed and the VM
+// resumed; a 409 naming a pause in progress), or it got no answer either
+// (the preserve phase's, cut by its hard deadline, which the server may
+// still be going on with). That pause is why this one was sent again, and
+// what the server said or did of the sandbox: said as err alone, a pause
+// the hard deadline cut read "no answer before its context ended: ...
+// context deadline exceeded" in the Report, the 500 lost (docs/faults.md
+// row 1760), or the final sweep's cut read as a slow pause of the sweep's
+// own (row 2362). It unwraps to err alone: the pause before is not this
+// one.
 type noAnswer struct {
 	err    error
-	before *StatusError
+	before error // the first of the pauses before it that failed so
 }
 
 func (e *noAnswer) Error() string {
-	return fmt.Sprintf("%v; the pause before it failed: %v", e.err, e.before)
+	if _, answered := e.before.(*StatusError); answered {
+		return fmt.Sprintf("%v; the pause before it failed: %v", e.err, e.before)
+	}
+	return fmt.Sprintf("%v; the pause before it got no answer either: %v", e.err, e.before)
 }
 
 func (e *noAnswer) Unwrap() error { return e.err }
 
 // noAnswerTo records err, a pause of the sandbox id that got no answer, as
-// its last failed pause, and returns it naming the failure answered to the
-// pause before it, if there was one (noAnswer).
+// its last failed pause, and returns it naming the pause before it that
+// failed, if there was one (noAnswer): the first of a run of them, so that
+// a sandbox whose pauses go on failing is named with two, not all.
 func (s *Source) noAnswerTo(id string, err error) error {
-	var before *StatusError
+	var before error
 	switch prev := s.failedPause(id).(type) {
-	case *StatusError:
-		before = prev
+	case nil:
 	case *noAnswer:
 		before = prev.before
+	default: // a failure answered (*StatusError), or no answer
+		before = prev
 	}
 	if before != nil {
 		err = &noAnswer{err: err, before: before}

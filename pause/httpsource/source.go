@@ -414,7 +414,9 @@ func (c Config) resolve() config {
 // names that answer in its error: the Report then says why the sandbox
 // was paused again, where a pause the deadline cut said "context deadline
 // exceeded" alone (errors.As does not find that answer: it is no answer to
-// this pause).
+// this pause); after an earlier pause that got no answer either (the
+// preserve phase's, which the server may still be going on with, before
+// the final sweep's), it names the first such one.
 //
 // A 2xx answer to a pause is the sandbox preserved, its body cut or not
 // (a pause reads none), except 202 Accepted,
