@@ -407,8 +407,10 @@ func (c *runningChecks) since(ctx context.Context, sent uint64, list func(contex
 // too: ctx's deadline and values, not its cancellation. Cancelled (its
 // sandbox's Preserve given up, a Force), ctx would cut the listing every
 // other gone answer waits for, which would then make another. With no
-// deadline it is ctx itself: the listing ends with the list timeout, if
-// any, and nothing else.
+// deadline it is ctx itself, so that a listing is never left without an
+// end (Config.ListTimeout may be none): it ends with the list timeout, if
+// any, or with ctx's cancellation, which then fails it for the others
+// waiting (transient: they list again at their retry).
 func shared(ctx context.Context) context.Context {
 	dl, ok := ctx.Deadline()
 	if !ok {
