@@ -1,7 +1,6 @@
 package httpsource
 
 import (
-	"bufio"
 	"fmt"
 	"net/http"
 	"strings"
@@ -38,35 +37,21 @@ func TestAPauseAnsweredSuccessWithACutBodyIsPreserved(t *testing.T) {
 		ln := pipenet.Listen("sandbox-server.test:80")
 		defer ln.Close()
 		var paused atomic.Bool // once its pause answered
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
+		go serveCloseDelimited(ln, func(req *http.Request) string {
+			if req.Method == http.MethodGet {
+				state := "running"
+				if paused.Load() {
+					state = "paused"
 				}
-				go func() {
-					defer c.Close()
-					req, err := http.ReadRequest(bufio.NewReader(c))
-					if err != nil {
-						return
-					}
-					if req.Method == http.MethodGet {
-						state := "running"
-						if paused.Load() {
-							state = "paused"
-						}
-						body := fmt.Sprintf(`[{"id":"a","state":%q}]`, state)
-						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-						return
-					}
-					time.Sleep(12 * time.Second) // the pause's snapshot
-					paused.Store(true)
-					const body = `{"id":"a","state":"paused","ok":true}  `
-					answer := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-					fmt.Fprint(c, answer[:strings.Index(answer, body)+14]) // {"id":"a","st: the connection closes
-				}()
+				body := fmt.Sprintf(`[{"id":"a","state":%q}]`, state)
+				return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 			}
-		}()
+			time.Sleep(12 * time.Second) // the pause's snapshot
+			paused.Store(true)
+			const body = `{"id":"a","state":"paused","ok":true}  `
+			answer := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			return answer[:strings.Index(answer, body)+14] // {"id":"a","st: the connection closes
+		})
 		src, err := New("http://sandbox-server.test", Config{Client: &http.Client{Transport: &http.Transport{DialContext: ln.Dial}}})
 		require.NoError(t, err)
 		p, err := pause.New(src, pause.Config{})
