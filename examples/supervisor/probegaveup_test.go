@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,8 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/drainkit/drainkit/internal/fakeagentenv"
-	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pipenet"
 )
 
@@ -39,22 +36,8 @@ import (
 //	now:     one WARN naming the probe; the last listing as it was, complete
 func TestAReadinessProbeThatGivesUpIsSaidAndNotAFailedListing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, _ := agentenvDouble(t, 150, fakeagentenv.Config{})
-		api := srv.Handler()
-		slow := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			time.Sleep(600 * time.Millisecond) // a page of a disk busy with snapshots
-			api.ServeHTTP(w, r)
-		})}
-		apiLn := pipenet.Listen("agentenv.test")
-		go func() { _ = slow.Serve(apiLn) }()
-		cfg, err := parseArgs([]string{"-api", "agentenv", "-server-url", "http://agentenv.test", "--", "server"}, io.Discard)
-		require.NoError(t, err)
-		cfg.apiKey, cfg.client = "k", &http.Client{Transport: &http.Transport{DialContext: apiLn.Dial}}
-		var logs logbuf.Buffer
-		sup, err := newSupervisor(cfg, &logs)
-		require.NoError(t, err)
-		defer sup.learned.Close()
-		_, err = sup.counted.RunningIDs(t.Context())
+		sup, logs, slow := behindSlowListings(t, 150, 600*time.Millisecond)
+		_, err := sup.counted.RunningIDs(t.Context())
 		require.NoError(t, err)
 		listed, incomplete := sup.counted.lastListed()
 		require.Len(t, listed, 150)

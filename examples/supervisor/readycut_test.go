@@ -30,23 +30,7 @@ import (
 //	now:    503 at 2 s, naming /readyz's 2s limit, in the body and the Warn
 func TestReadinessNamesItsLimitWhenItCutsTheListing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, _ := agentenvDouble(t, 1, fakeagentenv.Config{})
-		api := srv.Handler()
-		slow := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet {
-				time.Sleep(5 * time.Second) // a disk busy with snapshots
-			}
-			api.ServeHTTP(w, r)
-		})}
-		ln := pipenet.Listen("agentenv.test")
-		go func() { _ = slow.Serve(ln) }()
-		cfg, err := parseArgs([]string{"-api", "agentenv", "-server-url", "http://agentenv.test", "--", "server"}, io.Discard)
-		require.NoError(t, err)
-		cfg.apiKey, cfg.client = "k", &http.Client{Transport: &http.Transport{DialContext: ln.Dial}}
-		var logs logbuf.Buffer
-		sup, err := newSupervisor(cfg, &logs)
-		require.NoError(t, err)
-		defer sup.learned.Close()
+		sup, logs, slow := behindSlowListings(t, 1, 5*time.Second)
 
 		start := time.Now()
 		rec := httptest.NewRecorder()
@@ -63,4 +47,31 @@ func TestReadinessNamesItsLimitWhenItCutsTheListing(t *testing.T) {
 		// The server ends the listing it was answering.
 		require.NoError(t, slow.Shutdown(context.Background()))
 	})
+}
+
+// behindSlowListings returns a supervisor (-api agentenv) in front of
+// AgentENV's double with n sandboxes, over HTTP in memory, whose every
+// listing page answers after listing (a disk busy with snapshots), with
+// the buffer of its log; and that server, for the test to shut down once
+// the listings it answers are over.
+func behindSlowListings(t *testing.T, n int, listing time.Duration) (*supervisor, *logbuf.Buffer, *http.Server) {
+	t.Helper()
+	srv, _ := agentenvDouble(t, n, fakeagentenv.Config{})
+	api := srv.Handler()
+	slow := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			time.Sleep(listing)
+		}
+		api.ServeHTTP(w, r)
+	})}
+	ln := pipenet.Listen("agentenv.test")
+	go func() { _ = slow.Serve(ln) }()
+	cfg, err := parseArgs([]string{"-api", "agentenv", "-server-url", "http://agentenv.test", "--", "server"}, io.Discard)
+	require.NoError(t, err)
+	cfg.apiKey, cfg.client = "k", &http.Client{Transport: &http.Transport{DialContext: ln.Dial}}
+	logs := new(logbuf.Buffer)
+	sup, err := newSupervisor(cfg, logs)
+	require.NoError(t, err)
+	t.Cleanup(func() { sup.learned.Close() })
+	return sup, logs, slow
 }
