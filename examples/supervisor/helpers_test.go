@@ -355,6 +355,13 @@ func startSupervisorLogging(t *testing.T, log io.Writer, flags []string, server 
 	}
 	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return startSupProc(t, cmd)
+}
+
+// startSupProc starts cmd, the supervisor, in a process group of its own
+// (cmd.SysProcAttr's Setpgid), killed with its group at the test's end.
+func startSupProc(t *testing.T, cmd *exec.Cmd) *supProc {
+	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -143,7 +144,8 @@ func checkOutputs(cfg config) error {
 // fails instead, naming the holder, as bad usage. The kernel releases the
 // lock when its holder exits, however it exits. A file system that
 // refuses flock (ENOLCK, EOPNOTSUPP: some network and FUSE ones) cannot
-// tell: said at WARN, and the start goes on.
+// tell: said at WARN, and the start goes on; so is a lock file another
+// user made, which this one may not open.
 func holdReport(report string, logger *slog.Logger) (*statedir.Lock, error) {
 	if report == "" {
 		return nil, nil
@@ -156,6 +158,14 @@ func holdReport(report string, logger *slog.Logger) (*statedir.Lock, error) {
 			report, held.Holder, held.Path)
 	case errors.Is(err, syscall.ENOLCK), errors.Is(err, syscall.EOPNOTSUPP):
 		logger.Warn("supervisor: -report's file system refuses flock: another supervisor given the same -report is not found at the start",
+			"report", report, "err", err)
+		return nil, nil
+	case errors.Is(err, fs.ErrPermission):
+		// checkOutputs wrote in the directory: the lock file is another
+		// user's (a supervisor run as root before its pod's runAsUser
+		// changed), which failed a start that wrote its Report before
+		// (docs/faults.md row 2363).
+		logger.Warn("supervisor: -report's lock file is not this user's to open (another user's supervisor made it): another supervisor given the same -report is not found at the start",
 			"report", report, "err", err)
 		return nil, nil
 	case err != nil:
