@@ -263,9 +263,10 @@ type Config struct {
 	// drainkit.httpsource.operation ("list" or "pause"),
 	// http.request.method, and http.response.status_code (with error.type
 	// the same code, as a string, for a status of 400 or more, as the
-	// OpenTelemetry HTTP client conventions say), or error.type alone when
-	// no answer came ("timeout", "canceled" for a request its context's
-	// cancellation cut, or "_OTHER"); nil means
+	// OpenTelemetry HTTP client conventions say, and with what cut it for
+	// a 2xx whose body was cut), or error.type alone when no answer came:
+	// "timeout", "canceled" for a request its context's cancellation cut,
+	// or "_OTHER"; nil means
 	// otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 }
@@ -1009,7 +1010,7 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 	if s.cfg.keyFile != nil {
 		use = s.cfg.keyFile.answered(use)
 	}
-	result := attribute.String("error.type", noAnswerType(ctx, err))
+	result := attribute.String("error.type", errorType(ctx, err))
 	var errStatus []attribute.KeyValue // an error status's error.type, as the HTTP client conventions set it
 	defer func() {
 		s.latency.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), metric.WithAttributes(append([]attribute.KeyValue{
@@ -1038,7 +1039,10 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 	switch {
 	case err != nil && resp.StatusCode/100 == 2:
 		// With its status: a listing needs its body, a pause does not
-		// (preserve).
+		// (preserve). Recorded as the failure it is, by what cut it:
+		// its 200 alone read as a request that went well (docs/faults.md
+		// row 2364).
+		errStatus = []attribute.KeyValue{attribute.String("error.type", errorType(ctx, err))}
 		return nil, nil, resp.StatusCode, fmt.Errorf("httpsource: %s %s: reading body: %w", op, redact(target), err)
 	case err != nil:
 		// The status came: it is the answer, whatever became of its body.
@@ -1062,14 +1066,15 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 	return nil, resp.Header, resp.StatusCode, se
 }
 
-// noAnswerType is the error.type of a request that got no answer, err:
-// "timeout" when a deadline ended it (ctx's, a timeout of the Source's,
+// errorType is the error.type of a request that failed with err, before
+// its answer came or while its body was read: "timeout" when a deadline
+// ended it (ctx's, a timeout of the Source's,
 // the client's), "canceled" when its context was cancelled first (a
 // readiness probe that gave up on the listing it asked for, a drain's
 // Force: the caller's doing, not the server's), "_OTHER" for the rest (a
 // connection refused or reset). Recorded "_OTHER", a cancelled request was
 // counted with the server's failures (docs/faults.md row 2360).
-func noAnswerType(ctx context.Context, err error) string {
+func errorType(ctx context.Context, err error) string {
 	cut := ctx.Err() != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, context.Cause(ctx)))
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), cut && errors.Is(ctx.Err(), context.DeadlineExceeded):
