@@ -63,6 +63,15 @@ func TestAListingAnswerCutMidBodyIsListedAgain(t *testing.T) {
 	assert.False(t, isPermanent(err), "a cut answer, not one of another shape: %v", err)
 	assert.Contains(t, err.Error(), "ended mid-body")
 
+	preservesBothAfterACutListing(t, src, &listings, &pauses)
+}
+
+// preservesBothAfterACutListing runs a Preserver over src, whose server
+// cuts the listing it counts first in listings (reset here, so that the
+// Preserver's own first listing is cut), and checks that it listed again
+// and preserved both sandboxes, a pause each (counted in pauses).
+func preservesBothAfterACutListing(t *testing.T, src *Source, listings, pauses *atomic.Int64) {
+	t.Helper()
 	listings.Store(0)
 	p, err := pause.New(src, pause.Config{})
 	require.NoError(t, err)
@@ -90,5 +99,57 @@ func serveCloseDelimited(ln net.Listener, answer func(*http.Request) string) {
 			}
 			fmt.Fprint(c, answer(req))
 		}()
+	}
+}
+
+// What "cut mid-body" is depends on how the answer says where its body
+// ends, and each framing's cut is transient, listed again: a body the
+// close delimits ends at the close, so its cut is found by the JSON that
+// stops short (cutShort, row 2164); a Content-Length or chunked body that
+// ends early is the reader's own error (unexpected EOF), as a stream reset
+// is over HTTP/2. Over loopback, the first listing cut after 37 bytes of
+// its listing:
+//
+//	close-delimited, Content-Length, chunked (cut inside a chunk, and
+//	between chunks): an error not permanent, then 2 of 2 preserved
+func TestAListingCutMidBodyIsListedAgainWhateverItsFraming(t *testing.T) {
+	const listing = `[{"sandboxID":"a","state":"running"},{"sandboxID":"b","state":"running"}]`
+	const head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+	framings := map[string]string{
+		"close-delimited":      head + "Connection: close\r\n\r\n" + listing[:37],
+		"Content-Length":       head + fmt.Sprintf("Content-Length: %d\r\n\r\n", len(listing)) + listing[:37],
+		"chunked, in a chunk":  head + fmt.Sprintf("Transfer-Encoding: chunked\r\n\r\n%x\r\n", len(listing)) + listing[:37],
+		"chunked, between two": head + fmt.Sprintf("Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", 37, listing[:37]),
+	}
+	for name, cut := range framings {
+		t.Run(name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer ln.Close()
+			var listings, pauses atomic.Int64
+			var paused sync.Map
+			go serveCloseDelimited(ln, func(req *http.Request) string {
+				if req.Method == http.MethodPost {
+					pauses.Add(1)
+					paused.Store(strings.Split(req.URL.Path, "/")[2], true)
+					return "HTTP/1.1 204 No Content\r\n\r\n"
+				}
+				if listings.Add(1) == 1 {
+					return cut
+				}
+				body := listing
+				paused.Range(func(id, _ any) bool {
+					body = strings.Replace(body, fmt.Sprintf(`"%s","state":"running"`, id), fmt.Sprintf(`"%s","state":"paused"`, id), 1)
+					return true
+				})
+				return head + fmt.Sprintf("Content-Length: %d\r\n\r\n", len(body)) + body
+			})
+			src, err := New("http://"+ln.Addr().String(), AgentENV())
+			require.NoError(t, err)
+			_, err = src.List(t.Context())
+			require.Error(t, err)
+			assert.False(t, isPermanent(err), "a cut answer: %v", err)
+			preservesBothAfterACutListing(t, src, &listings, &pauses)
+		})
 	}
 }
