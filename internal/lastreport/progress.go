@@ -124,10 +124,11 @@ func (p *Progress) Start(d *drain.Drainer) {
 
 // removeGoneTemps removes what writes of p's file left when a SIGKILL cut them
 // between their create and their rename (durable.RemoveGoneTemps: a temporary file
-// as large as the account, one more for each, for ever). No lock keeps other
-// writers off the file (the supervisor's -report has none; another server's drain
-// may write it), so only the files of writes that are over go: a write in progress
-// holds its own.
+// as large as the account, one more for each, for ever). No lock every writer
+// takes keeps others off the file (the supervisor's -report lock, row 2163, keeps
+// off only another supervisor, and a file system without flock has none; another
+// server's drain may write it), so only the files of writes that are over go: a
+// write in progress holds its own.
 func (p *Progress) removeGoneTemps() {
 	removed, err := durable.RemoveGoneTemps(p.path)
 	if len(removed) > 0 {
