@@ -3,6 +3,7 @@
 package proc
 
 import (
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -45,5 +46,21 @@ func TestDiscardsOnlyWhatANamespaceInitCannotGet(t *testing.T) {
 		got, err := p.Discards(sig)
 		require.NoError(t, err)
 		assert.False(t, got, sig.String())
+	}
+}
+
+// A process waiting in rt_sigtimedwait (sigwait: tini's, dumb-init's way) has the signals it
+// waits for out of its blocked mask in its status, and blocked for the kernel: it is seen by
+// the system call /proc/PID/syscall names, a 32-bit system's time64 one included.
+func TestSigwaitIsSeenInTheSystemCall(t *testing.T) {
+	for file, want := range map[string]bool{
+		strconv.Itoa(syscall.SYS_RT_SIGTIMEDWAIT) + " 0x7ffd5a1c 0x0 0x0 0x8 0x0 0x0 0x7ffd5a00 0x4a5f3e\n": true,
+		"421 0xbfd5a1c 0x0 0x0 0x8 0x0 0x0 0xbfd5a00 0x804a5f3\n":                                           true,
+		strconv.Itoa(syscall.SYS_WAIT4) + " 0xffffffffffffffff 0x0 0x0 0x0 0x0 0x0 0x7ffd5a00 0x4a5f3e\n":   false,
+		"running\n":                false,
+		"-1 0x7ffd5a00 0x4a5f3e\n": false,
+		"":                         false,
+	} {
+		assert.Equal(t, want, waitsForSignals(file), "%q", file)
 	}
 }

@@ -180,8 +180,12 @@ func (p *Process) Close() error { return p.h.close() }
 // and has no handler for sig, which it neither blocks nor is traced for. The kernel drops
 // such a signal (SIGNAL_UNKILLABLE), sent from any namespace, but SIGKILL and SIGSTOP from
 // an ancestor's; SIGCONT continues it all the same. Signals it ignores (SIG_IGN) are not
-// said to be discarded: any process ignores those by its own choice. A process that has
-// exited, or whose status cannot be read, is not said to discard anything.
+// said to be discarded: any process ignores those by its own choice. Nor is a signal to
+// a process that waits in sigwait (rt_sigtimedwait: tini's, dumb-init's way): the signals
+// it waits for are out of its blocked mask during the wait, which /proc/PID/status shows,
+// and still blocked for the kernel (the mask of before the wait, kept aside), which
+// delivers them to the wait. A process that has exited, or whose status or system call
+// cannot be read, is not said to discard anything.
 func (p *Process) Discards(sig syscall.Signal) (bool, error) {
 	if sig == syscall.SIGKILL || sig == syscall.SIGSTOP || sig == syscall.SIGCONT || sig < 1 || sig > 64 {
 		return false, nil
@@ -190,9 +194,18 @@ func (p *Process) Discards(sig syscall.Signal) (bool, error) {
 	if err != nil || pid <= 0 { // exited, or not in /proc's PID namespace: nothing to say
 		return false, err
 	}
+	// The status between two looks at the system call: a status read while the process
+	// waited in sigwait, which it entered or left around the read, is seen waiting.
+	waiting, err := inSigwait(pid)
+	if err != nil || waiting {
+		return false, err
+	}
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return false, fmt.Errorf("status of pid %d: %w", pid, err)
+	}
+	if waiting, err = inSigwait(pid); err != nil || waiting {
+		return false, err
 	}
 	// Read by PID: the status is this process's only if it had not exited by then, and
 	// one alive after the read was alive during it (a zombie's PID is not reused either).
@@ -200,6 +213,32 @@ func (p *Process) Discards(sig syscall.Signal) (bool, error) {
 		return false, nil
 	}
 	return discards(string(data), sig)
+}
+
+// sysRtSigtimedwaitTime64 is rt_sigtimedwait_time64, a 32-bit system's sigwait with a
+// 64-bit time_t; the number is that on every architecture that has it, and unused on the
+// others.
+const sysRtSigtimedwaitTime64 = 421
+
+// inSigwait reports whether the thread of pid that a signal sent to the process is looked
+// at by (its first, whose PID it is) waits in rt_sigtimedwait: sigwait, sigwaitinfo,
+// sigtimedwait. The kernel counts the signals it waits for as blocked (real_blocked), and
+// /proc/PID/status shows them unblocked (the mask it waits with): with no handler, as a
+// sigwait wants them, a namespace's init was said to discard the very signal it waited
+// for. A /proc/PID/syscall that cannot be read (no ptrace access) is an error.
+func inSigwait(pid int) (bool, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+	if err != nil {
+		return false, fmt.Errorf("system call of pid %d: %w", pid, err)
+	}
+	return waitsForSignals(string(data)), nil
+}
+
+// waitsForSignals reports whether a /proc/PID/syscall's content says rt_sigtimedwait:
+// its first field is the system call's number ("running", or -1 out of any call).
+func waitsForSignals(syscallFile string) bool {
+	nr, _, _ := strings.Cut(strings.TrimSpace(syscallFile), " ")
+	return nr == strconv.Itoa(syscall.SYS_RT_SIGTIMEDWAIT) || nr == strconv.Itoa(sysRtSigtimedwaitTime64)
 }
 
 // procPid returns the process's PID in the PID namespace of the /proc mounted here, from

@@ -562,9 +562,10 @@ func (f Funcs) Exited(ctx context.Context) (bool, error) {
 // gets it: Signal returns os.ErrProcessDone and Policy.Stop says Gone. A
 // child that is the init of its PID namespace (started with CLONE_NEWPID: a
 // sandbox's init) never gets a signal it has no handler for, neither
-// blocking it nor traced (but SIGKILL, SIGSTOP and SIGCONT): the kernel
-// discards it, and Signal, having sent it, says so, read before and after
-// the send from /proc/PID/status; Policy.Stop then sends SIGKILL at once,
+// blocking it, waiting for it in sigwait (tini's way) nor traced (but
+// SIGKILL, SIGSTOP and SIGCONT): the kernel discards it, and Signal, having
+// sent it, says so, read before and after the send from /proc/PID/status
+// and /proc/PID/syscall; Policy.Stop then sends SIGKILL at once,
 // where it waited the whole wait after the signal for a target that never
 // got it (ExitedAfterKill, its error saying why). One
 // that exits on its own in the instant between that check and the send (a
