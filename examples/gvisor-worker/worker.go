@@ -792,9 +792,12 @@ func (e usageError) Unwrap() error { return e.error }
 // budget counts from it), ctx ending or its serving stopping (below), then shuts down,
 // writes the Report and the termination message (writeReport), and returns the Report and
 // an error when serving stopped on its own or the Report could not be written. A SIGINT
-// after that forces; a SIGTERM again does not (the kubelet's, with a shortened grace:
-// drain.Drainer.ServeSignals). SIGHUP and SIGQUIT never end the worker (hupquit): their
-// default action would end it at once, with no drain, no Report and every sandbox lost.
+// after that forces; a SIGTERM again does not (drain.Drainer.ServeSignals): it is a
+// restarted kubelet's, which stops the container again, or a runtime's that sends the stop
+// signal with every stop request, never a shortened grace (the kubelet does not run the
+// stop again for a deletion with a shorter one); with -pod the pod's deletion is read
+// again. SIGHUP and SIGQUIT never end the worker (hupquit): their default action would end
+// it at once, with no drain, no Report and every sandbox lost.
 //
 // Serving that stops on its own (the listener's Accept failing for good) is logged at
 // Error when it stops, and the worker drains at once, as at SIGTERM, as drain.Server.Run
