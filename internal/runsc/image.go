@@ -74,24 +74,38 @@ const maxChunk = 64 << 20
 // imageChunks reads an image's header and metadata from r and returns the function that
 // returns its chunks, decompressed, one a call, and io.EOF after the last.
 func imageChunks(r *bufio.Reader) (func() ([]byte, error), error) {
+	flated, err := imageData(r)
+	if err != nil {
+		return nil, err
+	}
+	if !flated {
+		return func() ([]byte, error) { return nextPiece(r) }, nil
+	}
+	return func() ([]byte, error) { return nextChunk(r) }, nil
+}
+
+// imageData reads an image's header and metadata from r, and a compressed image's HMAC
+// and chunk size, leaving r at the image's data, and reports whether the data is in flate
+// chunks (else as gVisor saved it).
+func imageData(r *bufio.Reader) (flated bool, err error) {
 	var head [16]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
-		return nil, fmt.Errorf("header: %w", err)
+		return false, fmt.Errorf("header: %w", err)
 	}
 	if !bytes.Equal(head[:8], statefileMagic) {
-		return nil, errors.New("not a gVisor state file (bad magic)")
+		return false, errors.New("not a gVisor state file (bad magic)")
 	}
 	n := binary.BigEndian.Uint64(head[8:])
 	if n > maxChunk {
-		return nil, fmt.Errorf("metadata of %d bytes", n)
+		return false, fmt.Errorf("metadata of %d bytes", n)
 	}
 	meta := make([]byte, n)
 	if _, err := io.ReadFull(r, meta); err != nil {
-		return nil, fmt.Errorf("metadata: %w", err)
+		return false, fmt.Errorf("metadata: %w", err)
 	}
 	var m map[string]string
 	if err := json.Unmarshal(meta, &m); err != nil {
-		return nil, fmt.Errorf("metadata: %w", err)
+		return false, fmt.Errorf("metadata: %w", err)
 	}
 	switch c := m["compression"]; c {
 	case "", "flate-best-speed":
@@ -99,18 +113,18 @@ func imageChunks(r *bufio.Reader) (func() ([]byte, error), error) {
 		// The data as gVisor saved it, after the metadata: runsc's default since
 		// 2026-04-28. Read as flate, every such image was one it could not read,
 		// and taken as made (docs/faults.md row 1780).
-		return func() ([]byte, error) { return nextPiece(r) }, nil
+		return false, nil
 	default:
-		return nil, fmt.Errorf("compression %q: not one runsc writes (flate-best-speed, none)", c)
+		return false, fmt.Errorf("compression %q: not one runsc writes (flate-best-speed, none)", c)
 	}
 	hash, err := keyed(r)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	if _, err := r.Discard(hash + 4); err != nil { // the HMAC, then the chunk size
-		return nil, fmt.Errorf("chunk size: %w", err)
+		return false, fmt.Errorf("chunk size: %w", err)
 	}
-	return func() ([]byte, error) { return nextChunk(r) }, nil
+	return true, nil
 }
 
 // keyed returns the size of the HMAC after the metadata: hmacSize when the chunk size
@@ -226,4 +240,50 @@ func scanned(found bool) (exiting bool, err error) {
 		return false, errors.New("no task's run state in it")
 	}
 	return true, nil
+}
+
+// imageCut returns why the image in imageDir is cut short, its save ended before the end
+// (its sandbox killed mid-save: 203 bytes, its header alone, measured with runsc
+// 20221219), or nil when it is not known to be: its header, its metadata or a compressed
+// image's chunk framing ends early, or no data follows its header; a missing image is cut
+// too. An image of a format not read here, or whose data is as gVisor saved it past its
+// first byte, is not known cut. A compressed image's chunks are read over, not
+// decompressed: it reads the whole file, but decompresses nothing.
+func imageCut(imageDir string) error {
+	f, err := os.Open(filepath.Join(imageDir, ImageFile))
+	if err != nil {
+		return fmt.Errorf("no image: %w", err)
+	}
+	defer f.Close()
+	return cutShort(bufio.NewReader(f))
+}
+
+// cutShort is imageCut of the image r reads.
+func cutShort(r *bufio.Reader) error {
+	flated, err := imageData(r)
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("cut short in its header: %w", err)
+	case err != nil:
+		return nil // not a format read here
+	}
+	if _, err := r.Peek(1); errors.Is(err, io.EOF) {
+		return errors.New("cut short: no data after its header")
+	}
+	for read := 0; flated; read++ {
+		var n [4]byte
+		if k, err := io.ReadFull(r, n[:]); errors.Is(err, io.EOF) {
+			return nil // the last chunk was whole
+		} else if err != nil {
+			return fmt.Errorf("cut short after %d chunks, in a chunk's length (%d of 4 bytes): %w", read, k, err)
+		}
+		size := binary.BigEndian.Uint32(n[:])
+		if size > maxChunk {
+			return nil // not a framing read here
+		}
+		if k, err := r.Discard(int(size)); err != nil {
+			return fmt.Errorf("cut short after %d chunks, in a chunk (%d of %d bytes): %w", read, k, size, err)
+		}
+	}
+	return nil
 }

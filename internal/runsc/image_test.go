@@ -143,3 +143,31 @@ func TestSavedRunningOfAnImageCutAtAChunksEndIsAnError(t *testing.T) {
 	_, err = savedRunning(bytes.NewReader(cutShort))
 	require.ErrorContains(t, err, "ends before")
 }
+
+// A save killed mid-way leaves its image cut short: its header alone (203 bytes, the
+// measured kill), or a chunk cut off; a whole image, its chunks all there, is not cut,
+// nor one of a format not read here.
+func TestImageCutShortIsToldFromAWholeOne(t *testing.T) {
+	whole := withMemory(t, 2)
+	const head = 16 + 151 + hmacSize + 4 // magic and length, metadata, HMAC, chunk size
+	for name, c := range map[string]struct {
+		img []byte
+		cut string
+	}{
+		"whole":                 {whole, ""},
+		"the real image, whole": {withMemory(t, 0), ""},
+		"its header alone":      {whole[:head], "no data after its header"},
+		"cut in the HMAC":       {whole[:16+151+10], "cut short in its header"},
+		"cut in its last chunk": {whole[:len(whole)-100], "in a chunk ("},
+		"cut in a chunk length": {whole[:len(withMemory(t, 1))+2], "in a chunk's length (2 of 4 bytes)"},
+		"not a state file":      {[]byte("not gVisor at all"), ""},
+	} {
+		err := cutShort(bufio.NewReader(bytes.NewReader(c.img)))
+		if c.cut == "" {
+			assert.NoError(t, err, name)
+			continue
+		}
+		assert.ErrorContains(t, err, c.cut, name)
+	}
+	assert.ErrorContains(t, imageCut(t.TempDir()), "no image")
+}

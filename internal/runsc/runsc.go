@@ -139,7 +139,9 @@ func (r *Runtime) Restore(ctx context.Context, id string, b Bundle, imageDir, lo
 // container stopped 1.5 s later with an image that restores). A killed client writes no
 // failure either, so a container that stopped on an images volume left with no space is
 // taken for a save that failed for want of it (its error says "no space left on
-// device"), never for a checkpoint made; another failure of the save (an I/O error)
+// device"), never for a checkpoint made; nor is one whose image is cut short (its
+// header alone, or a chunk cut off: the sandbox killed with its client mid-save, which
+// stops the container as a save made does). Another failure of the save (an I/O error)
 // cannot be told from a checkpoint made, and shows at the restore.
 //
 // A checkpoint whose call never reached the sandbox (its control server refused the
@@ -217,6 +219,12 @@ func (r *Runtime) checkpoint(ctx context.Context, id, imageDir string, awaitMade
 	if killed && noSpaceLeft(imageDir) {
 		return fmt.Errorf("%w; the container stopped, but the images volume has no space left: "+
 			"taken for a save that failed for want of it (no space left on device)", err)
+	}
+	if cut := imageCut(imageDir); cut != nil {
+		// No one answered, and the stop is the sandbox's end, not a save's: one killed
+		// with its client mid-save left a header no restore takes. Taken as made, it
+		// was recorded and listed paused, its state gone.
+		return fmt.Errorf("%w; the container stopped, but its image is %w: a save that failed, not checkpointed", err, cut)
 	}
 	return nil
 }
