@@ -237,7 +237,8 @@ type Runsc struct {
 	mu     sync.Mutex
 	failed map[string]error // the sandboxes whose last checkpoint failed, and why
 	// full is the most free space the images volume had when a checkpoint began that
-	// failed on it for want of space, with that failure; nil before one did.
+	// failed on it for want of space (bytes or inodes), with that failure; nil before one
+	// did.
 	full *noSpace
 	// spare says that a checkpoint that full says would fail is not started
 	// (SpareOnFullVolume).
@@ -254,11 +255,47 @@ type Runsc struct {
 // a server with no signal step loses a refused sandbox at exit all the same.
 func (r *Runsc) SpareOnFullVolume() { r.spare.Store(true) }
 
-// noSpace is a checkpoint that failed for want of space on the images volume: the free
-// bytes when it began, and its error.
+// noSpace is a checkpoint that failed for want of space on the images volume: what was
+// free when it began, and its error.
 type noSpace struct {
-	free uint64
+	free volumeFree
 	err  error
+}
+
+// volumeFree is what a volume has free: bytes to an unprivileged writer, and inodes,
+// of a filesystem that has a fixed number of them (statfs's files; btrfs says 0).
+type volumeFree struct {
+	bytes, inodes uint64
+	inodesKnown   bool
+}
+
+// outOfInodes reports whether the volume had no inode free: making the image directory
+// or file fails with ENOSPC (no space left on device) whatever the bytes free.
+func (v volumeFree) outOfInodes() bool { return v.inodesKnown && v.inodes == 0 }
+
+// noMoreThan reports whether v has no more of what full ran out of than full had: its
+// inodes when full had none free, else its bytes. A volume out of inodes whose bytes
+// grew still fails every checkpoint.
+func (v volumeFree) noMoreThan(full volumeFree) bool {
+	if full.outOfInodes() {
+		return v.inodes <= full.inodes
+	}
+	return v.bytes <= full.bytes
+}
+
+// want is what a volume like v ran out of, for an error: inodes or space.
+func (v volumeFree) want() string {
+	if v.outOfInodes() {
+		return "inodes"
+	}
+	return "space"
+}
+
+func (v volumeFree) String() string {
+	if v.outOfInodes() {
+		return fmt.Sprintf("no inode free (and %d bytes)", v.bytes)
+	}
+	return fmt.Sprintf("%d bytes free", v.bytes)
 }
 
 // NewRunsc returns the Runsc with everything under dir: bundles, images and logs, and
@@ -442,10 +479,11 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 //
 // After SpareOnFullVolume, once a checkpoint failed for want of space on the images
 // volume, no checkpoint starts while the volume has no more free space than that one
-// began with: it would likely fail the same way and stop its sandbox, which then never
-// got the drain's SIGTERM (on a full volume every sandbox of a drain was lost so, one
-// after another). Pause then fails for good (backoff.Permanent) with the sandbox
-// running, saying why.
+// began with (no more inodes, for a volume that had none free: its bytes free do not
+// make a mkdir pass, and the error says inodes): it would likely fail the same way and
+// stop its sandbox, which then never got the drain's SIGTERM (on a full volume every
+// sandbox of a drain was lost so, one after another). Pause then fails for good
+// (backoff.Permanent) with the sandbox running, saying why.
 //
 // An image that cannot be made durable (its fsync fails) fails Pause with the sandbox
 // restored from it, running. When that restore fails too, the sandbox is stopped with no
@@ -466,12 +504,13 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		return "", r.notStarted(ctx, id, r.Runtime.NotBegun(sctx, id, fmt.Errorf("not started: removing its last image: %w", err)))
 	}
 	free, known := freeSpace(filepath.Dir(image))
-	if full := r.noSpace(); full != nil && known && free <= full.free && r.spare.Load() {
+	if full := r.noSpace(); full != nil && known && free.noMoreThan(full.free) && r.spare.Load() {
 		// gVisor ends the sandbox after a save that fails (ErrLost): one that would fail
 		// for want of space is not started, and the sandbox runs on, for the drain's
-		// SIGTERM (an actor saves itself on it).
-		return "", backoff.Permanent(fmt.Errorf("runsc checkpoint %s not started: the images volume has %d bytes free, no more than when a checkpoint that failed for want of space began (%d: %w); a save that fails stops the sandbox, its state lost: it runs on",
-			id, free, full.free, full.err))
+		// SIGTERM (an actor saves itself on it). What ran out is said: a volume out of
+		// inodes has bytes free, which "for want of space" alone contradicted.
+		return "", backoff.Permanent(fmt.Errorf("runsc checkpoint %s not started: the images volume has %s, no more than when a checkpoint that failed for want of %s began (%s: %w); a save that fails stops the sandbox, its state lost: it runs on",
+			id, free, full.free.want(), full.free, full.err))
 	}
 	// Its image, not its stop: a checkpoint's record waited for the container to be
 	// seen stopped, up to runsc.StopWait whatever the deadline (row 1783).
@@ -553,26 +592,26 @@ func (r *Runsc) noSpace() *noSpace {
 }
 
 // setNoSpace remembers a checkpoint that failed for want of space (err), begun with free
-// bytes free: the most free space one failed with is kept.
-func (r *Runsc) setNoSpace(free uint64, err error) {
+// free: the most free bytes one failed with is kept.
+func (r *Runsc) setNoSpace(free volumeFree, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.full == nil || free >= r.full.free {
+	if r.full == nil || free.bytes >= r.full.free.bytes {
 		r.full = &noSpace{free: free, err: err}
 	}
 }
 
-// freeSpace returns the bytes free to an unprivileged writer on the volume of dir,
-// created if missing, and whether it could tell.
-func freeSpace(dir string) (uint64, bool) {
+// freeSpace returns what is free on the volume of dir, created if missing, and whether
+// it could tell.
+func freeSpace(dir string) (volumeFree, bool) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return 0, false
+		return volumeFree{}, false
 	}
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, false
+		return volumeFree{}, false
 	}
-	return uint64(st.Bavail) * uint64(st.Bsize), true
+	return volumeFree{bytes: uint64(st.Bavail) * uint64(st.Bsize), inodes: st.Ffree, inodesKnown: st.Files > 0}, true
 }
 
 // ErrLost is wrapped by the permanent error (backoff.Permanent) of Runsc.Pause whose
