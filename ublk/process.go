@@ -26,7 +26,11 @@ type Process struct {
 
 // FindProcess opens a pidfd for pid (Linux 5.3+). It fails if there is no
 // such process, or it has already been reaped; on systems other than
-// Linux it always fails.
+// Linux it always fails. It pins whatever process has pid when it is
+// called: a pid read before (from /proc, a socket's peer credentials) names
+// another process once its own has exited and been reaped, so a caller
+// checks after the call that the process it read still runs (a pidfd of its
+// own, such as SO_PEERPIDFD's, not exited), or reads it again.
 func FindProcess(pid int) (*Process, error) {
 	p, err := proc.Open(pid)
 	if err != nil {

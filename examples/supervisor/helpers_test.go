@@ -88,6 +88,8 @@ func runHelper(role string, args []string) int {
 		return fakeublk.RunDaemon(cfg, os.Stdout)
 	case "stubserver":
 		return stubServer(args)
+	case "ownedpidreuse": // PID 1 of its namespace: ownedPidReuse
+		return ownedPidReuse()
 	case "orphan": // start a grandchild that outlives us, then exit
 		cmd := exec.Command(os.Args[0], "helper:waitfile", args[0])
 		if err := cmd.Start(); err != nil {

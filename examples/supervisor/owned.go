@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/drainkit/drainkit/internal/proc"
 	"github.com/drainkit/drainkit/internal/procstat"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -81,27 +82,33 @@ func (o *ownedDaemon) find() error {
 	if o.proc != nil && !o.proc.Exited() {
 		return nil
 	}
-	pid, err := peerPid(o.path)
+	pid, listener, err := peer(o.path)
 	switch {
 	case err != nil && o.proc != nil:
 		return nil
 	case err != nil:
 		return err
-	case o.proc != nil && pid == o.pid:
+	}
+	if listener != nil {
+		defer listener.Close()
+	}
+	if o.proc != nil && pid == o.pid {
 		return nil
 	}
 	server, alive := o.server()
 	if !o.ours(pid, server, alive) {
 		return fmt.Errorf("the process listening on %s (pid %d) is neither a descendant of the server (pid %d) nor an orphan of it", o.path, pid, server)
 	}
+	findHook(pid)
 	proc, err := ublk.FindProcess(pid)
 	if err != nil {
 		return err
 	}
-	// The pidfd pins pid; check again that it is the same process: one that
-	// exited between the two calls and whose pid was reused would not be
-	// in the server's tree.
-	if !o.ours(pid, server, alive) {
+	// The pidfd pins pid; check again that it is the listener, still in the server's
+	// tree: a listener that exited since its pid was read left that pid to another
+	// process, which the pidfd may have pinned, and which, the server's too (a helper it
+	// started), passes the tree's check.
+	if !o.ours(pid, server, alive) || !stillListening(o.path, pid, listener) {
 		proc.Close()
 		return fmt.Errorf("pid %d exited while it was being found", pid)
 	}
@@ -115,6 +122,10 @@ func (o *ownedDaemon) find() error {
 	o.log.Info("supervisor: found the server's daemon by its socket", "socket", o.path, "pid", pid, "argv", o.argv)
 	return nil
 }
+
+// findHook is a test's: find calls it with the listener's PID once it has checked it,
+// before it pins it.
+var findHook = func(int) {}
 
 // ours reports whether pid is in the server's tree: a descendant of the
 // server while it runs, or an orphan of it, re-parented to the supervisor
@@ -213,10 +224,56 @@ func (o *ownedDaemon) close() {
 	}
 }
 
+// stillListening reports whether pid, pinned by a pidfd opened by that pid after it was
+// read, is the listener on path: listener (pinned by the socket itself, SO_PEERPIDFD)
+// still runs, so pid has named it from its read to now, and the pidfd opened by it in
+// between pins it. Where the kernel pins no listener (before Linux 6.5), the socket is
+// asked again: it still says pid, whose process the pidfd holds.
+func stillListening(path string, pid int, listener *proc.Process) bool {
+	if listener != nil {
+		return listener.Pid() == pid && !listener.Exited()
+	}
+	again, err := peerPid(path)
+	return err == nil && again == pid
+}
+
+// soPeerPidfd is SO_PEERPIDFD (Linux 6.5), which x/sys/unix does not name yet: a pidfd
+// of a Unix socket's peer, the process that listens on it for a connecting socket.
+const soPeerPidfd = 77
+
+// peer is peerPid that also pins the listener, by the socket itself (SO_PEERPIDFD), not
+// by its pid, which another process may have taken once the listener exited: nil where
+// the kernel has no SO_PEERPIDFD. The caller closes it.
+func peer(path string) (int, *proc.Process, error) {
+	var pinned *proc.Process
+	pid, err := peerCred(path, func(fd int) error {
+		pidfd, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, soPeerPidfd)
+		if errors.Is(err, unix.ENOPROTOOPT) || errors.Is(err, unix.EINVAL) {
+			return nil // an older kernel: nothing pinned
+		}
+		if err != nil {
+			return fmt.Errorf("SO_PEERPIDFD on %s: %w", path, err)
+		}
+		pinned, err = proc.Adopt(pidfd)
+		return err
+	})
+	if err != nil {
+		if pinned != nil {
+			pinned.Close()
+		}
+		return 0, nil, err
+	}
+	return pid, pinned, nil
+}
+
 // peerPid connects to the Unix socket at path and returns the pid in its
 // peer credentials: the process that listens on it. The connection is
 // closed without a request.
-func peerPid(path string) (int, error) {
+func peerPid(path string) (int, error) { return peerCred(path, nil) }
+
+// peerCred is peerPid, which calls also, when not nil, with the connection's socket
+// before it is closed.
+func peerCred(path string, also func(fd int) error) (int, error) {
 	c, err := net.DialTimeout("unix", path, time.Second)
 	if err != nil {
 		return 0, err
@@ -228,13 +285,20 @@ func peerPid(path string) (int, error) {
 	}
 	var cred *unix.Ucred
 	var cerr error
+	var aerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if cerr == nil && also != nil {
+			aerr = also(int(fd))
+		}
 	}); err != nil {
 		return 0, err
 	}
 	if cerr != nil {
 		return 0, fmt.Errorf("SO_PEERCRED on %s: %w", path, cerr)
+	}
+	if aerr != nil {
+		return 0, aerr
 	}
 	if cred.Pid <= 0 {
 		return 0, fmt.Errorf("SO_PEERCRED on %s: no pid (the listener is in another pid namespace)", path)

@@ -82,6 +82,27 @@ func Dup(op *os.Process) (*Process, error) {
 	return p, nil
 }
 
+// Adopt pins the process of pidfd fd, which it takes over (closed by Close), one a
+// caller got elsewhere than from a PID (SO_PEERPIDFD: a socket's peer): no PID is read
+// before the pidfd, so no other process that reused it can be pinned. Its PID is the
+// one the pidfd's fdinfo gives in /proc's namespace. It fails with an error wrapping
+// os.ErrProcessDone, fd closed, once the process has exited and been reaped, and when
+// the kernel does not say its PID there.
+func Adopt(fd int) (*Process, error) {
+	p := &Process{h: &handle{fd: fd}}
+	pid, err := p.procPid()
+	if err == nil && pid <= 0 {
+		err = fmt.Errorf("pidfd %d: its process has exited, or is not in /proc's PID namespace (fdinfo Pid %d): %w", fd, pid, os.ErrProcessDone)
+	}
+	if err != nil {
+		_ = p.h.close()
+		return nil, err
+	}
+	p.pid = pid
+	runtime.AddCleanup(p, func(h *handle) { _ = h.close() }, p.h)
+	return p, nil
+}
+
 // Pid returns the process ID.
 func (p *Process) Pid() int { return p.pid }
 

@@ -26,6 +26,9 @@ func Open(pid int) (*Process, error) {
 // Dup fails: pidfds exist only on Linux.
 func Dup(*os.Process) (*Process, error) { return nil, errUnsupported }
 
+// Adopt fails: pidfds exist only on Linux.
+func Adopt(int) (*Process, error) { return nil, errUnsupported }
+
 // Pid returns the process ID.
 func (p *Process) Pid() int { return p.pid }
 
