@@ -556,17 +556,22 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 // stopped it, and the failure is not remembered as a failed checkpoint, which would call
 // its stop at a retry a loss; a retry tells (row 1782).
 //
-// One that could not begin on a read-only images volume (EROFS) fails for good
-// (backoff.Permanent), the sandbox running: the volume stays read-only through a drain
-// (ext4 remounts itself so after a disk error, for a person to repair), and the
+// One that could not begin on a read-only images volume (EROFS), or in an images
+// directory that refuses the worker (EPERM: immutable, chattr +i; EACCES: its owner, its
+// mode, an LSM's denial), fails for good (backoff.Permanent), the sandbox running: the
+// volume stays read-only through a drain (ext4 remounts itself so after a disk error, for
+// a person to repair), as a directory's attribute and permissions do, and the
 // Preserver's retries until its deadline kept the sandbox from the drain's SIGTERM, its
 // actor left the escalate step's reserve to save itself where most of the grace was there
 // for it.
 func (r *Runsc) notStarted(ctx context.Context, id string, err error) error {
 	if errors.Is(err, runsc.ErrNotReached) {
 		err = fmt.Errorf("runsc checkpoint %s: %w; log %s", id, err, r.log(id))
-		if errors.Is(err, syscall.EROFS) {
+		switch {
+		case errors.Is(err, syscall.EROFS):
 			return backoff.Permanent(fmt.Errorf("%w: the images volume is read-only, and no checkpoint can begin on it: it runs on", err))
+		case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
+			return backoff.Permanent(fmt.Errorf("%w: the images directory refuses this worker (immutable, or not writable by it), and no checkpoint can begin in it: it runs on", err))
 		}
 		return err
 	}
