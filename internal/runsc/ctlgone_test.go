@@ -98,3 +98,27 @@ func TestCheckpointWhoseImageDirectoryCannotBeMadeSaysWhetherTheContainerStopped
 	assert.ErrorContains(t, err, "its container is not stopped")
 	assert.NotErrorIs(t, err, ErrStopped)
 }
+
+// Fault (a review of row 2221's NotBegun): a checkpoint whose image directory cannot be
+// made looks at its container with the checkpoint's context, which the examples'
+// Runsc.Pause gives no end (a checkpoint is never cut): a `runsc state` that hangs (a
+// container lock held, a runsc stuck under load) held the Pause forever, its sandbox in
+// transition, which a drain's escalation never signals. The look is bounded, as Pause's
+// after a last image that cannot be removed is (5 s): then the state cannot say, and
+// the error is ErrNotReached.
+func TestCheckpointNotBegunLooksAtItsContainerForABoundedTime(t *testing.T) {
+	notADir := filepath.Join(t.TempDir(), "images")
+	require.NoError(t, os.WriteFile(notADir, nil, 0o600))
+	rt := fakeRuntime(t, "hang") // runsc state never answers
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- rt.Checkpoint(context.Background(), "sb", filepath.Join(notADir, "sb")) }()
+	select {
+	case err := <-done:
+		t.Logf("after %v: %v", time.Since(start).Round(time.Millisecond), err)
+		assert.ErrorIs(t, err, ErrNotReached)
+		assert.ErrorContains(t, err, "its state cannot say whether it stopped")
+	case <-time.After(3 * NotBegunWait):
+		t.Fatalf("the checkpoint that never began still waits for runsc state after %v", time.Since(start).Round(time.Second))
+	}
+}

@@ -232,16 +232,24 @@ func (r *Runtime) checkpoint(ctx context.Context, id, imageDir string, awaitMade
 // NotBegun is the error of a checkpoint of container id that failed (err) before runsc
 // was run (its image directory could not be made or cleared: a read-only or full images
 // volume), so before any save began, which could have stopped the container. The
-// container is looked at once: stopped, it ended on its own (its workload's exit, the OOM
-// killer) and the error wraps ErrStopped; otherwise ErrNotReached, for a retry to tell.
+// container is looked at once, for NotBegunWait at most: stopped, it ended on its own
+// (its workload's exit, the OOM killer) and the error wraps ErrStopped; otherwise
+// ErrNotReached, for a retry to tell.
 // Taken for a checkpoint that failed, a sandbox that then died on its own was called
 // lost by it, or, never looked at, listed running though dead.
 func (r *Runtime) NotBegun(ctx context.Context, id string, err error) error {
 	return r.notBegun(ctx, id, err, "it had stopped before its checkpoint began")
 }
 
+// NotBegunWait bounds NotBegun's look at the container, whatever its context: a caller
+// whose checkpoint is never cut (a context with no end) was held by a runsc state that
+// hangs, its sandbox in transition, which a drain's escalation never signals.
+const NotBegunWait = 5 * time.Second
+
 // notBegun is NotBegun, which says stopped of a stopped container.
 func (r *Runtime) notBegun(ctx context.Context, id string, err error, stopped string) error {
+	ctx, cancel := context.WithTimeout(ctx, NotBegunWait)
+	defer cancel()
 	exited, serr := r.Exited(ctx, id)
 	switch {
 	case exited:
