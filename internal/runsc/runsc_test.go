@@ -117,6 +117,7 @@ func fakeRunsc(mode string, args []string) int {
 		// ends: the moment it was seen as the wait's end came.
 		fmt.Printf(`{"id":%q,"exitStatus":0}`, id)
 		_ = os.Stdout.Sync()
+		wrote(args) // for a test that ends the wait only once it did
 		time.Sleep(time.Hour)
 	case mode == "latewait" && sub == "state":
 		fmt.Printf(`{"id":%q,"status":"running","pid":0,"bundle":"/b"}`, id)
@@ -165,6 +166,20 @@ func fakeExited(pid, sub, id string) int {
 	}
 	return 0
 }
+
+// wrote marks, in the fake runsc's --root directory, that its wait wrote the exit
+// (latewaitWrote), so that a test ends the wait's context after it, whatever the
+// machine's load makes of the fake's start.
+func wrote(args []string) {
+	for _, a := range args {
+		if root, ok := strings.CutPrefix(a, "--root="); ok {
+			_ = os.WriteFile(filepath.Join(root, latewaitWrote), nil, 0o644)
+		}
+	}
+}
+
+// latewaitWrote is the file wrote makes.
+const latewaitWrote = "latewait-wrote"
 
 func fakeRuntime(t *testing.T, mode string) *Runtime {
 	t.Setenv(fakeEnv, mode)

@@ -65,16 +65,28 @@ func TestWaitWhoseStatusIsLostReadsTheExitRunscWrote(t *testing.T) {
 // exit: the Policy took the sandbox for still running, sent SIGKILL, and ended
 // "unknown" when the kill wait ended so too, the exit runsc had written lost from the
 // Report. A fake runsc holds that moment open: its wait writes the exit and runs until its
-// context ends it.
+// context ends it. The first wait's context ends once the fake says it wrote the exit; the
+// Policy's TermWait is the time the fake (this test binary, under -race) has to start and
+// write it, which took more than the 300 ms it was on a machine at load 11 (CI's cold run
+// beside other work).
 func TestWaitThatSawTheExitAsItsContextEndedHasExited(t *testing.T) {
 	rt := fakeRuntime(t, "latewait")
-	wctx, wcancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	wctx, wcancel := context.WithCancel(t.Context())
 	defer wcancel()
+	go func() {
+		defer wcancel()
+		for range 6000 { // a bound on a fake that never writes, not a timing assertion
+			if _, err := os.Stat(filepath.Join(rt.Root, latewaitWrote)); err == nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
 	assert.NoError(t, rt.Target("sb").Wait(wctx), "runsc wait wrote the exit")
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	exit, err := escalate.Policy{TermWait: 300 * time.Millisecond, KillWait: 300 * time.Millisecond}.Stop(ctx, rt.Target("sb"))
+	exit, err := escalate.Policy{TermWait: 3 * time.Second, KillWait: 300 * time.Millisecond}.Stop(ctx, rt.Target("sb"))
 	assert.Equal(t, escalate.Exited, exit, "the wait after SIGTERM saw it exit: %v", err)
 	assert.NoError(t, err)
 }
