@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -89,4 +90,65 @@ func TestResumeOfARunningSandboxRefusedWhileDrainingSaysToResumeItHere(t *testin
 	require.Len(t, rep.Preserve.Entries, 1)
 	assert.Equal(t, id, rep.Preserve.Entries[0].ID)
 	assert.Equal(t, pause.Preserved, rep.Preserve.Entries[0].Outcome, "paused here by the drain")
+}
+
+// Fault (the gate review, after rows 2244 and 2302): a resume refused while sandboxd
+// drained of a sandbox in transition here (being paused, resumed or created by a
+// request in flight) got the gate's answer for new work, "retry on another node", on a
+// connection it closed; but the drain waits for that request and leaves the sandbox
+// paused here, its record and image in this node's state directory, which no other node
+// has, and there the retry found no such sandbox (404), as rows 2244 and 2302 found for
+// one paused or running. On loopback, pauses taking 2 s:
+//
+//	a sandbox created; its pause in flight, the sandbox pausing
+//	the preStop call closes the gate
+//	resume of it:  before, "retry on another node" and Connection: close
+//	               now, 503 JSON with Retry-After, its ID, "being paused here" and
+//	               "resume it here", the connection kept
+//	the pause:     answers 200; the sandbox stays here, paused
+//	the Report:    counts the resume refused, http resume 1
+func TestResumeOfASandboxInTransitionRefusedWhileDrainingSaysToResumeItHere(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.PauseLatency = 2 * time.Second
+	st := start(t, cfg)
+	id := createSandbox(t, st.base)
+	paused := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(st.base+"/sandboxes/"+id+"/pause", "application/json", nil)
+		if assert.NoError(t, err) {
+			resp.Body.Close()
+			paused <- resp.StatusCode
+		}
+		close(paused)
+	}()
+	require.Eventually(t, func() bool { return stateOf(t, st.base, id) == "pausing" }, 10*time.Second, 5*time.Millisecond,
+		"the pause in flight")
+	code, _, body := call(t, "GET", st.hook+"/drain?wait=10ms", "")
+	require.Equal(t, http.StatusOK, code, body)
+
+	answer := refusedJSON(t, st.base+"/sandboxes/"+id+"/resume", "", false)
+	assert.Equal(t, "sandboxd draining: resume of "+id+" not started: it is being paused here, and the drain leaves it paused here: "+
+		"its record and image will be in this node's state directory, which no other node has: resume it here once sandboxd serves again", answer)
+	assert.Equal(t, http.StatusOK, <-paused, "the pause in flight ends as it would have")
+	assert.Equal(t, "paused", stateOf(t, st.base, id), "kept here, paused, for its resume here")
+
+	rep := st.shutdown(t)
+	gd, ok := gaterefusals.Read(rep.Phase(drain.PhaseGate).Detail)
+	require.True(t, ok)
+	assert.Equal(t, []string{"http resume 1"}, gd.Kinds())
+}
+
+// stateOf is the state GET /sandboxes shows for sandbox id, or "" when it lists none.
+func stateOf(t *testing.T, base, id string) string {
+	t.Helper()
+	code, _, body := call(t, "GET", base+"/sandboxes", "")
+	require.Equal(t, http.StatusOK, code, body)
+	var list []sandboxView
+	require.NoError(t, json.Unmarshal([]byte(body), &list))
+	for _, v := range list {
+		if v.ID == id {
+			return v.State
+		}
+	}
+	return ""
 }

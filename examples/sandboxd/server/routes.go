@@ -58,23 +58,35 @@ func createRefusal(*http.Request) (string, bool) {
 // resumeRefusal is why the gate refused a resume while sandboxd drains. The gate's words
 // send the retry to a node still ready, on a new connection; but a sandbox paused here
 // (docs/faults.md row 2244, as row 1552 for the gVisor worker's Restore), or running
-// here, which the drain pauses here (row 2302), has its record and image in this node's
+// here, which the drain pauses here (row 2302), or in transition here, which the drain
+// waits for and leaves paused here (row 2460), has its record and image in this node's
 // state directory (a hostPath), which no other node has, and a client that did as told
 // found no such sandbox there (404), as if it were gone. That refusal, still counted by
 // the gate, says to resume it here once sandboxd serves again, and keeps the
-// connection. A resume of any other sandbox keeps the gate's advice, to retry on
-// another node.
+// connection. A resume of any other sandbox (none here, or one deleted, died or lost)
+// keeps the gate's advice, to retry on another node.
 func (s *Server) resumeRefusal(r *http.Request) (string, bool) {
 	id := r.PathValue("id")
-	switch s.stateHere(id) {
+	const here = "which no other node has: resume it here once sandboxd serves again"
+	switch state := s.stateHere(id); state {
 	case sandbox.Paused:
-		return fmt.Sprintf("sandboxd draining: resume of %s not started: its record and image are in this node's state directory, "+
-			"which no other node has: resume it here once sandboxd serves again", id), true
+		return fmt.Sprintf("sandboxd draining: resume of %s not started: its record and image are in this node's state directory, "+here, id), true
 	case sandbox.Running:
 		return fmt.Sprintf("sandboxd draining: resume of %s not started: it is running here, and the drain pauses it here: "+
-			"its record and image will be in this node's state directory, which no other node has: resume it here once sandboxd serves again", id), true
+			"its record and image will be in this node's state directory, "+here, id), true
+	case sandbox.Creating, sandbox.Pausing, sandbox.Resuming:
+		return fmt.Sprintf("sandboxd draining: resume of %s not started: it is %s here, and the drain leaves it paused here: "+
+			"its record and image will be in this node's state directory, "+here, id, inTransition[state]), true
 	}
 	return fmt.Sprintf("sandboxd draining: resume of %s not started: not accepting new work: retry on another node after the Retry-After", id), false
+}
+
+// inTransition says what a request in flight does to a sandbox in a state of
+// sandbox.InTransition.
+var inTransition = map[string]string{
+	sandbox.Creating: "being created",
+	sandbox.Pausing:  "being paused",
+	sandbox.Resuming: "being resumed",
 }
 
 // stateHere is the state of sandbox id on the node, or "" when it has none.
