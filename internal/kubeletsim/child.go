@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -30,6 +31,10 @@ type Child struct {
 	exited    chan struct{}
 	err       error // from Wait; read after exited is closed
 	container *container
+	// mu orders the reaping of the child and Kill's SIGKILL of its process
+	// group: once reaped, its PID, the group's ID, may be another process's.
+	mu     sync.Mutex
+	reaped bool
 }
 
 // Start starts cmd in a container of its own and reaps it when it exits.
@@ -43,10 +48,7 @@ func start(cmd *exec.Cmd, hs []hierarchy) (*Child, error) {
 	}
 	cmd.SysProcAttr.Setpgid = true
 	c := &Child{Cmd: cmd, exited: make(chan struct{})}
-	ct, err := startContained(hs, cmd, func(err error) {
-		c.err = err
-		close(c.exited)
-	})
+	ct, err := startContained(hs, cmd, c.reap)
 	if err != nil {
 		return nil, err
 	}
@@ -54,14 +56,35 @@ func start(cmd *exec.Cmd, hs []hierarchy) (*Child, error) {
 	return c, nil
 }
 
+// reap waits for the child to exit and reaps it, Kill's SIGKILL of its
+// process group not under way: the exit is waited for first, the child
+// left a zombie, so that the reaping waits for that SIGKILL alone, never
+// for the rest of Kill.
+func (c *Child) reap() {
+	awaitExit(c.Cmd.Process.Pid)
+	c.mu.Lock()
+	err := c.Cmd.Wait()
+	c.reaped = true
+	c.mu.Unlock()
+	c.err = err
+	close(c.exited)
+}
+
 // Signal sends sig to the child.
 func (c *Child) Signal(sig os.Signal) error { return c.Cmd.Process.Signal(sig) }
 
 // Kill sends SIGKILL to every process of the child's container, and to its
-// process group. A container already gone is not an error.
+// process group while the child is not reaped: once it is, its PID, the
+// group's ID, may be another process's, the leader of a group of its own
+// (docs/faults.md row 2461). A container already gone is not an error.
 func (c *Child) Kill() error {
 	if _, err := c.container.kill(); err != nil {
 		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reaped {
+		return nil
 	}
 	err := syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
 	if errors.Is(err, syscall.ESRCH) {

@@ -289,13 +289,13 @@ type container struct {
 }
 
 // startContained starts cmd in a new cgroup below this process's own, in
-// the first of hs where one can be made, and calls reaped with what Wait
-// returned once the child has exited; then it kills the rest of the
+// the first of hs where one can be made, and calls reap, which waits for
+// the child and reaps it, once it has started; then it kills the rest of the
 // container (a container stops when its main process exits). First it
 // removes the cgroups of simulators that are gone (removeGone). Where no
 // cgroup can be made (not root, none of hs) the container is only the
 // child's process group.
-func startContained(hs []hierarchy, cmd *exec.Cmd, reaped func(error)) (*container, error) {
+func startContained(hs []hierarchy, cmd *exec.Cmd, reap func()) (*container, error) {
 	for _, h := range hs {
 		removeGone(h)
 		dir := filepath.Join(h.parent, cgroupName())
@@ -306,9 +306,9 @@ func startContained(hs []hierarchy, cmd *exec.Cmd, reaped func(error)) (*contain
 		var joined bool
 		var err error
 		if h.v2 {
-			joined, err = c.startV2(cmd, reaped)
+			joined, err = c.startV2(cmd, reap)
 		} else {
-			joined, err = c.startV1(cmd, h.parent, reaped)
+			joined, err = c.startV1(cmd, h.parent, reap)
 		}
 		if err == nil {
 			return c, nil
@@ -318,16 +318,16 @@ func startContained(hs []hierarchy, cmd *exec.Cmd, reaped func(error)) (*contain
 			return nil, err
 		}
 	}
-	return startUncontained(cmd, reaped)
+	return startUncontained(cmd, reap)
 }
 
 // startUncontained starts cmd in no cgroup of its own: its container is
 // its process group.
-func startUncontained(cmd *exec.Cmd, reaped func(error)) (*container, error) {
+func startUncontained(cmd *exec.Cmd, reap func()) (*container, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	go func() { reaped(cmd.Wait()) }()
+	go reap()
 	return &container{}, nil
 }
 
@@ -338,7 +338,7 @@ func startUncontained(cmd *exec.Cmd, reaped func(error)) (*container, error) {
 // not move a process into it (that needs write access to the cgroup.procs
 // of the common ancestor too), and a failed Start cannot be retried in
 // the next hierarchy (it closes the pipes it made).
-func (c *container) startV2(cmd *exec.Cmd, reaped func(error)) (bool, error) {
+func (c *container) startV2(cmd *exec.Cmd, reap func()) (bool, error) {
 	fd, err := unix.Open(c.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false, err
@@ -352,8 +352,8 @@ func (c *container) startV2(cmd *exec.Cmd, reaped func(error)) (bool, error) {
 		return true, err
 	}
 	go func() {
-		reaped(cmd.Wait()) // its exit is when it exited, however long the rest takes to die
-		_, _ = c.kill()    // whatever is left dies with the main process
+		reap()          // its exit is when it exited, however long the rest takes to die
+		_, _ = c.kill() // whatever is left dies with the main process
 	}()
 	return true, nil
 }
@@ -363,9 +363,9 @@ func (c *container) startV2(cmd *exec.Cmd, reaped func(error)) (bool, error) {
 // goroutine's thread joins c's cgroup for the fork and goes back to own,
 // its own. It reports false, and cmd unstarted, where the thread cannot
 // join.
-func (c *container) startV1(cmd *exec.Cmd, own string, reaped func(error)) (bool, error) {
+func (c *container) startV1(cmd *exec.Cmd, own string, reap func()) (bool, error) {
 	started := make(chan startResult, 1)
-	go c.runV1(cmd, own, started, reaped)
+	go c.runV1(cmd, own, started, reap)
 	res := <-started
 	return res.joined, res.err
 }
@@ -377,11 +377,11 @@ type startResult struct {
 	err    error
 }
 
-// runV1 starts cmd in c's v1 cgroup and waits for it. Its thread stays
+// runV1 starts cmd in c's v1 cgroup and reaps it (reap). Its thread stays
 // locked until the child has exited, for a Pdeathsig the child may have
 // is bound to the thread that started it; if it could not go back, the
 // thread ends with the goroutine (it is never unlocked).
-func (c *container) runV1(cmd *exec.Cmd, own string, started chan<- startResult, reaped func(error)) {
+func (c *container) runV1(cmd *exec.Cmd, own string, started chan<- startResult, reap func()) {
 	runtime.LockOSThread()
 	tid := []byte(strconv.Itoa(unix.Gettid()))
 	if err := os.WriteFile(filepath.Join(c.dir, "tasks"), tid, 0); err != nil {
@@ -393,8 +393,8 @@ func (c *container) runV1(cmd *exec.Cmd, own string, started chan<- startResult,
 	back := os.WriteFile(filepath.Join(own, "tasks"), tid, 0) == nil
 	started <- startResult{joined: true, err: err}
 	if err == nil {
-		reaped(cmd.Wait()) // its exit is when it exited, however long the rest takes to die
-		_, _ = c.kill()    // whatever is left dies with the main process
+		reap()          // its exit is when it exited, however long the rest takes to die
+		_, _ = c.kill() // whatever is left dies with the main process
 	}
 	if back {
 		runtime.UnlockOSThread()
@@ -594,4 +594,17 @@ func removeCgroup(dir string) error {
 		time.Sleep(time.Millisecond)
 	}
 	return fmt.Errorf("kubeletsim: remove %s: %w", dir, err)
+}
+
+// awaitExit waits until the process pid, a child of this process, has exited,
+// and leaves it unreaped: its PID, a zombie's, is no other process's until
+// it is reaped.
+func awaitExit(pid int) {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, syscall.EINTR) {
+			return // exited, or an error Wait will return too
+		}
+	}
 }
