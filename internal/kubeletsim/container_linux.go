@@ -484,12 +484,15 @@ func killV2(dir string, bound time.Duration) error {
 // killFrozen SIGKILLs a v2 cgroup's processes as runc does without
 // cgroup.kill: frozen, so that none forks past the read of cgroup.procs,
 // then each SIGKILLed, then thawed (a frozen process dies of SIGKILL
-// too, but the freezer may not have caught one yet).
+// too, but the freezer may not have caught one yet). A freeze that fails
+// (cgroup.events unreadable, after 1 was written to cgroup.freeze) is, as
+// runc's signalAllProcesses takes it, a warning: returned there, it left
+// the processes frozen and alive, and every later kill failed alike
+// (docs/faults.md row 2462). What the freeze would have caught, a fork
+// past the read, the next read of killUntilEmpty does.
 func killFrozen(dir string, bound time.Duration) error {
 	return killUntilEmpty(dir, bound, func([]int) error {
-		if err := freeze(dir); err != nil {
-			return err
-		}
+		_ = freeze(dir)
 		pids, err := cgroupPids(dir)
 		if err == nil {
 			err = sigkillEach(pids)

@@ -59,6 +59,8 @@ func TestMain(m *testing.M) {
 		os.Exit(startAChild())
 	case "killed-with-a-child": // a simulator SIGKILLed with its child running
 		os.Exit(killedWithAChild(os.Getenv("CGROUP_V2") != ""))
+	case "kill-events-unreadable": // in a mount namespace of its own
+		os.Exit(killWithEventsUnreadable())
 	}
 }
 
