@@ -80,6 +80,11 @@ type Control struct {
 	seq     uint64
 	pending map[uint64][]byte // buffers the kernel may still write
 	enc     encoding          // the numbers the kernel was seen to take
+	// goneIsEINVAL: the kernel is one of 6.0 and 6.1 to 6.1.42, which
+	// answer STOP_DEV for a device that does not exist EINVAL (see
+	// StopDev), known by its ENODEV to an ioctl-encoded number whose plain
+	// one got an answer of the command's own.
+	goneIsEINVAL bool
 }
 
 // Open opens the ublk control device at path (DefaultPath
@@ -125,13 +130,28 @@ func (c *Control) DevInfo(ctx context.Context, id int) (DevInfo, error) {
 	return decodeDevInfo(buf), nil
 }
 
-// StopDev sends STOP_DEV for device id; ENODEV counts as done.
+// StopDev sends STOP_DEV for device id; a device that does not exist
+// counts as done: ENODEV, or EINVAL from 6.0 and 6.1 to 6.1.42, whose
+// ublk_ctrl_stop_dev looked the device up itself and answered EINVAL for
+// none (6.1.43 and 6.2 on look it up before the command, ENODEV). There
+// STOP_DEV has no EINVAL of its own: the driver knows no
+// UBLK_F_UNPRIVILEGED_DEV and its control commands all go as SQE128.
+// A device added under the ID since that EINVAL is another server's, and
+// is not sent the command again (see Control).
 func (c *Control) StopDev(ctx context.Context, id int) error {
 	err := c.do(ctx, cmdStopDev, id, nil)
-	if errors.Is(err, unix.ENODEV) {
+	if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.EINVAL) && c.answersGoneEINVAL() {
 		return nil
 	}
 	return err
+}
+
+// answersGoneEINVAL reports whether the kernel was seen to be one whose
+// STOP_DEV answers EINVAL for a device that does not exist.
+func (c *Control) answersGoneEINVAL() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.goneIsEINVAL
 }
 
 // DelDev sends DEL_DEV for device id; ENODEV counts as done and EINTR is
@@ -185,6 +205,11 @@ func (c *Control) do(ctx context.Context, op uint32, id int, buf []byte) error {
 			cmdName(op), id, op, answer, plainOp(op), plainAnswer)
 	case unknownCommand(answer) || ownAnswer(plainAnswer):
 		c.enc = encPlain
+		// Only 6.0 and 6.1 to 6.1.42 refuse a number they do not know
+		// with ENODEV whatever the device (later ones look the device up
+		// first, then refuse the number ENOTSUPP or EOPNOTSUPP): its plain
+		// number answered, the ENODEV was such a refusal.
+		c.goneIsEINVAL = c.goneIsEINVAL || errors.Is(answer, unix.ENODEV) && ownAnswer(plainAnswer)
 	}
 	return plainErr
 }

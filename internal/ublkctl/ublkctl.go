@@ -142,7 +142,7 @@ type Controller interface {
 	// StopDev sends STOP_DEV: the kernel removes the disk and waits for
 	// the in-flight requests (which only live queues can complete), then
 	// aborts the queues' idle fetches. A device that does not exist
-	// (ENODEV) is not an error.
+	// (ENODEV; EINVAL from 6.0 and 6.1 to 6.1.42) is not an error.
 	StopDev(ctx context.Context, id int) error
 	// DelDev sends DEL_DEV, which waits until the daemon has closed
 	// /dev/ublkcN. A device that does not exist (ENODEV) is not an error;
