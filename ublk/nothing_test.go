@@ -1,7 +1,10 @@
 package ublk
 
 import (
+	"bytes"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -123,5 +126,35 @@ func TestADaemonThatStoppedItselfBeforeTheRequestIsNotAsked(t *testing.T) {
 		require.NotNil(t, req)
 		assert.Empty(t, req.Err)
 		assert.Equal(t, "not sent: the daemon had exited before the step asked (it stopped what it served itself)", req.Result)
+	})
+}
+
+// What the operator reads of the step without the JSON, its one-line
+// summary (Report.String) and its log line, says why it ended as it did:
+// the Report's Note. Before, both said "nothing_to_do" alone, and that
+// the ublk_drv module is not loaded was only in the JSON.
+func TestTheReportsTextAndLogLineSayItsNote(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs bytes.Buffer
+		td, err := New(nil, ublkhook.With(Config{ControlPath: filepath.Join(t.TempDir(), "ublk-control"),
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+			ublkhook.Hooks{SysfsRoot: t.TempDir(), ProcfsRoot: t.TempDir(), KernelRelease: vulnerable}))
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, time.Minute)
+		require.NoError(t, err)
+		const why = "the ublk_drv module is not loaded"
+		require.Contains(t, rep.Note, why)
+
+		lines := strings.Split(rep.String(), "\n")
+		assert.Contains(t, lines[0], "ublk teardown: nothing_to_do")
+		assert.Equal(t, "  note: "+rep.Note, lines[1], "the Note on the line after the verdict")
+		var done string
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "ublk teardown done") {
+				done = l
+			}
+		}
+		assert.Contains(t, done, "verdict=nothing_to_do")
+		assert.Contains(t, done, why, "the log line carries the Note")
 	})
 }

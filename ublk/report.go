@@ -199,11 +199,15 @@ func (r *Report) Step(name string) *StepResult {
 	return nil
 }
 
-// String summarises the report in one line per device.
+// String summarises the report: the step's verdict, then its Note when it
+// has one ("  note: ..."), then one line per device and the last resort.
 func (r *Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "ublk teardown: %s (kernel %s, %s by rule %q) in %v\n", r.Verdict, r.Kernel, r.KernelClass,
 		r.KernelDecision.Rule, r.Duration.Round(time.Millisecond))
+	if r.Note != "" { // why the step ended so, which the verdict alone does not say
+		fmt.Fprintf(&b, "  note: %s\n", strings.ReplaceAll(r.Note, "\n", "; "))
+	}
 	for _, d := range r.Devices {
 		final := d.Final.State()
 		if len(d.Pending) > 0 {

@@ -352,12 +352,19 @@ func (t *Teardown) observe(ctx context.Context, span trace.Span, rep *Report, er
 	}
 	t.duration.Record(ctx, rep.Duration.Seconds(), metric.WithAttributes(attribute.String(attrVerdict, string(rep.Verdict))))
 	log := t.cfg.logger
+	// The Note says why the step ended as it did (nothing to do and why, a
+	// daemon gone before it was asked, a recovery given up): the log line
+	// carries it, not the JSON alone.
+	var note []any
+	if rep.Note != "" {
+		note = []any{"note", rep.Note}
+	}
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-		log.ErrorContext(ctx, "ublk teardown incomplete", "verdict", rep.Verdict, "kernel", rep.Kernel,
-			"class", rep.KernelClass, "duration", rep.Duration, "err", err)
+		log.ErrorContext(ctx, "ublk teardown incomplete", append([]any{"verdict", rep.Verdict, "kernel", rep.Kernel,
+			"class", rep.KernelClass, "duration", rep.Duration, "err", err}, note...)...)
 		return
 	}
-	log.InfoContext(ctx, "ublk teardown done", "verdict", rep.Verdict, "devices", len(rep.Devices), "duration", rep.Duration)
+	log.InfoContext(ctx, "ublk teardown done", append([]any{"verdict", rep.Verdict, "devices", len(rep.Devices), "duration", rep.Duration}, note...)...)
 }
