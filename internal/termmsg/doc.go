@@ -2,7 +2,8 @@
 // termination message path, so that it shows in the pod's last state
 // (kubectl describe pod, .status.containerStatuses[].lastState.terminated.message)
 // after the process is gone: the verdict, the sandboxes by outcome, T0 and
-// SIGKILL, every phase and as many lost sandbox IDs as fit in the kubelet's
+// SIGKILL, every phase, the ublk teardown's verdict and why (its Note),
+// and as many lost sandbox IDs as fit in the kubelet's
 // 4 KiB. A pod of 4 or more containers keeps only the head of it (12288
 // bytes / containers, 1024 with 12): the counts come first, a message
 // longer than 1024 bytes says so, and the lost IDs, last, after their

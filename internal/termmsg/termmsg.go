@@ -11,6 +11,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/gaterefusals"
+	"github.com/drainkit/drainkit/internal/ublkaccount"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -33,8 +34,9 @@ const EnvPath = "DRAINKIT_TERMINATION_LOG"
 // first, then the sandboxes by outcome, then, in a message longer than
 // KeptBytes, a line saying how long it is and that the pod's status may
 // end it early, then the lines of extra (why the server exits 1, where the
-// full Report is), T0 and SIGKILL, every phase's result and duration, a
-// pod's name that is not the pod's (drain.Report.PodMismatch), why a step
+// full Report is), T0 and SIGKILL, every phase's result and duration, the
+// ublk teardown's verdict, devices and Note (a line for each step whose
+// Detail is a ublk Report: internal/ublkaccount), a pod's name that is not the pod's (drain.Report.PodMismatch), why a step
 // failed, the work the gate refused, and last the lost sandboxes: how many
 // and how many the line names before the first ID, each ID ending with its
 // outcome in parentheses, so a cut ID reads as cut. A nil rep says that no
@@ -106,6 +108,11 @@ func parts(rep *drain.Report) (lead, rest []string) {
 		phases = append(phases, fmt.Sprintf("%s %s %.3fs", p.Name, p.Result, p.Duration.Seconds()))
 	}
 	rest = append(rest, "phases: "+strings.Join(phases, "; "))
+	for _, p := range rep.Phases { // the phase's result alone does not say what became of the devices, nor why
+		if a, ok := ublkaccount.Read(p.Detail); ok {
+			rest = append(rest, clip(a.Line(p.Name), maxWhy))
+		}
+	}
 	if why, _, _ := strings.Cut(rep.PodMismatch, "\n"); why != "" { // Err fails on it: the exit status 1
 		rest = append(rest, fmt.Sprintf("pod misnamed: %s or %s is not this pod's, so no deletion of it could be read: %s",
 			drain.EnvPodName, drain.EnvPodUID, clip(why, maxWhy)))

@@ -26,6 +26,7 @@ import (
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -547,4 +548,43 @@ func TestSummaryUnderThePodsCutSaysTheCountsFirstAndThatItMayBeCut(t *testing.T)
 		assert.Contains(t, head, note, "%d containers: the message says it may be cut", containers)
 	}
 	assert.Equal(t, msg, podStatusCut(msg, 3), "3 containers keep 4096 bytes: the whole message")
+}
+
+// The ublk teardown's verdict and Note reach the pod's last state, where an
+// operator reads why the device step ended as it did, from the Report the
+// server made and from that Report read back from its file, under the
+// step's name when it is not "ublk" (the supervisor's "daemon"); and they
+// come before the lost IDs, inside the head a pod of 12 containers keeps.
+// Before, the message said "ublk ok 0.145s" in the phases line alone: no
+// verdict, and not that the ublk_drv module was not loaded.
+func TestSummarySaysTheUblkVerdictAndNote(t *testing.T) {
+	const note = "no ublk devices (no class/ublk-char in sysfs: the ublk_drv module is not loaded) and no daemon"
+	made := &ublk.Report{Verdict: ublk.VerdictNothingToDo, Note: note, Devices: []ublk.DeviceReport{}}
+	b, err := json.Marshal(made)
+	require.NoError(t, err)
+	var file any // a Report read back from its JSON holds a map in Detail
+	require.NoError(t, json.Unmarshal(b, &file))
+	for name, detail := range map[string]any{"made": made, "from its file": file} {
+		t.Run(name, func(t *testing.T) {
+			rep := report(20, 0)
+			rep.Phases = append(rep.Phases, drain.PhaseReport{Name: "ublk", Result: drain.OK, Duration: time.Millisecond, Detail: detail},
+				drain.PhaseReport{Name: "daemon", Result: drain.OK, Duration: time.Millisecond, Detail: detail})
+			lines := strings.Split(termmsg.Summary(rep), "\n")
+			assert.Contains(t, lines, "ublk teardown: nothing_to_do, no device: "+note)
+			assert.Contains(t, lines, "ublk teardown (step daemon): nothing_to_do, no device: "+note)
+		})
+	}
+
+	rep := report(4000, 3127)
+	left := &ublk.Report{Verdict: ublk.VerdictLeftLive, Devices: make([]ublk.DeviceReport, 2),
+		Note: "the daemon was left running: whether it still serves a disk the step does not have could not be read at its last look"}
+	rep.Phases = append(rep.Phases, drain.PhaseReport{Name: "ublk", Result: drain.Failed, Duration: time.Second, Detail: left,
+		Error: "ublk: 2 device(s) left live"})
+	msg := termmsg.Summary(rep)
+	require.LessOrEqual(t, len(msg), termmsg.MaxBytes)
+	line := "ublk teardown: left_live, 2 devices: " + left.Note
+	at := strings.Index(msg, line)
+	require.GreaterOrEqual(t, at, 0, msg)
+	assert.LessOrEqual(t, at+len(line), termmsg.KeptBytes, "in the head every pod keeps")
+	assert.Less(t, at, strings.Index(msg, "\nlost: "), "the lost IDs last")
 }
