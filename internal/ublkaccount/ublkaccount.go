@@ -62,15 +62,20 @@ func Read(detail any) (*Account, bool) {
 // then ": NOTE" when there is one (its line breaks made "; "), naming the
 // step when it is not "ublk" ("ublk teardown (step daemon): ...").
 func (a *Account) Line(step string) string {
-	head := "ublk teardown"
-	if step != "" && step != "ublk" {
-		head += " (step " + step + ")"
-	}
-	line := fmt.Sprintf("%s: %s, %s", head, a.Verdict, devices(len(a.Devices)))
+	line := a.Head(step)
 	if a.Note != "" {
 		line += ": " + strings.ReplaceAll(a.Note, "\n", "; ")
 	}
 	return line
+}
+
+// Head is Line without the Note: "ublk teardown: VERDICT, N devices".
+func (a *Account) Head(step string) string {
+	head := "ublk teardown"
+	if step != "" && step != "ublk" {
+		head += " (step " + step + ")"
+	}
+	return fmt.Sprintf("%s: %s, %s", head, a.Verdict, devices(len(a.Devices)))
 }
 
 // devices is "no device", "1 device" or "N devices".

@@ -23,6 +23,7 @@ func Example_report() {
 	//   preserve  +6.587s  +7.625s  1.038s  +8.337s   -        1.170s   -      ok
 	//   ublk      +7.625s  +7.729s  0.103s  +8.837s   +9.087s  0.500s   -      ok
 	//   http      +7.729s  +7.729s  0.000s  +9.087s   -        0.250s   -      ok
+	// Devices      ublk teardown: stopped cleanly, 2 devices (kernel 6.18.44-fc-v1045, vulnerable): ublkb0 stopped cleanly, ublkb1 stopped cleanly
 	//
 	// Sandboxes    12 listed in 2 pass(es), concurrency limit 4 at the end
 	//   outcome    count  p50     p90     max

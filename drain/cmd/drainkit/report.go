@@ -19,6 +19,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/lastreport"
+	"github.com/drainkit/drainkit/internal/ublkaccount"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -26,7 +27,8 @@ const reportUsage = `usage: drainkit report [-svg OUT] [-lost N] FILE
 
 Renders a drain Report as a readable summary: when termination started and
 what anchored it, when SIGKILL was due, every phase with its deadline, reserve
-and result, the sandboxes by outcome with their pause times, how many ran
+and result, each ublk teardown step's verdict, devices and note (why it ended
+so), the sandboxes by outcome with their pause times, how many ran
 again after their preserve (relisted: resumed, and preserved again) and how
 many of those were lost, and every sandbox that was lost, with why (IDs and
 errors are the server's words: their control characters are shown escaped,
@@ -467,6 +469,7 @@ func writeSummary(w io.Writer, rep *drain.Report, unfinished *lastreport.Unfinis
 			rel(p.Deadline, t0), rel(p.Hard, t0), secs(p.Reserve), secs(p.Short), res)
 	}
 	tw.Flush()
+	writeUblk(w, rep)
 
 	pr := rep.Preserve
 	if pr == nil && unfinished != nil {
@@ -557,6 +560,42 @@ func writeSummary(w io.Writer, rep *drain.Report, unfinished *lastreport.Unfinis
 		fmt.Fprintf(w, "  ... and %d more (-lost 0 lists all)\n", len(lost)-len(shown))
 	}
 }
+
+// writeUblk says, for each step whose Detail is a ublk teardown's Report,
+// its verdict, the kernel it decided on, each device's verdict (the first
+// maxUblkDevices) and its Note, why it ended so: the phases table says
+// "ok" of a step that found no ublk_drv as of one that stopped every
+// device. The Note and the verdicts are the file's words, shown printable.
+func writeUblk(w io.Writer, rep *drain.Report) {
+	for _, p := range rep.Phases {
+		a, ok := ublkaccount.Read(p.Detail)
+		if !ok {
+			continue
+		}
+		line := printable(a.Head(p.Name))
+		if a.Kernel != "" {
+			line += fmt.Sprintf(" (kernel %s, %s)", printable(a.Kernel), printable(string(a.KernelClass)))
+		}
+		var devs []string
+		for i, d := range a.Devices {
+			if i == maxUblkDevices {
+				devs = append(devs, fmt.Sprintf("... and %d more", len(a.Devices)-i))
+				break
+			}
+			devs = append(devs, fmt.Sprintf("ublkb%d %s", d.ID, printable(string(d.Verdict))))
+		}
+		if len(devs) > 0 {
+			line += ": " + strings.Join(devs, ", ")
+		}
+		fmt.Fprintf(w, "Devices      %s\n", line)
+		if a.Note != "" {
+			fmt.Fprintf(w, "             note: %s\n", printable(strings.ReplaceAll(a.Note, "\n", "; ")))
+		}
+	}
+}
+
+// maxUblkDevices is how many devices' verdicts a ublk step's line names.
+const maxUblkDevices = 16
 
 // endedEarly says, of a preStop wait that ended at its deadline, that it ended
 // before the drain deadline, by how much, and why (drain.Drainer.PreStop: the

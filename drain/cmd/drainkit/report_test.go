@@ -681,3 +681,34 @@ func TestReportOfTheSupervisorSaysItsExitCodeAndNote(t *testing.T) {
 	assert.Equal(t, exitOK, code)
 	assert.NotContains(t, out, "Supervisor", "exit code 0 and no note: nothing to say")
 }
+
+// The summary says what became of each ublk teardown step's devices and
+// why, from its Report in the file: its verdict, each device's, and its
+// Note, control characters escaped (the note quotes the server's words).
+// Before, the phases table said "ok" alone: a step that did nothing because
+// the ublk_drv module was not loaded read as one that stopped the devices.
+func TestReportSaysTheUblkVerdictAndNote(t *testing.T) {
+	const note = "no ublk devices (no class/ublk-char in sysfs: the ublk_drv module is not loaded) and no daemon"
+	path := edited(t, "supervisor-clean.json", func(doc *map[string]any) {
+		found := false
+		for _, p := range (*doc)["drain"].(map[string]any)["phases"].([]any) {
+			if ph := p.(map[string]any); ph["name"] == "ublk" {
+				ph["name"] = "daemon"
+				detail := ph["detail"].(map[string]any)
+				detail["verdict"], detail["note"] = "nothing_to_do", note+"\x1b[2J"
+				detail["devices"] = []any{}
+				found = true
+			}
+		}
+		require.True(t, found, "the clean report has a ublk step")
+	})
+	code, out, errw := drainkit(t, "report", path)
+	assert.Equal(t, exitOK, code, errw)
+	assert.Contains(t, out, "\nDevices      ublk teardown (step daemon): nothing_to_do, no device (kernel 6.18.44-fc-v1045, vulnerable)\n"+
+		`             note: `+note+`\x1b[2J`+"\n")
+
+	code, out, errw = drainkit(t, "report", filepath.Join("testdata", "sandboxd-clean.json"))
+	assert.Equal(t, exitOK, code, errw)
+	assert.Contains(t, out, "\nDevices      ublk teardown: stopped cleanly, 2 devices (kernel 6.18.44-fc-v1045, vulnerable): ublkb0 stopped cleanly, ublkb1 stopped cleanly\n",
+		"a Report of an earlier version, its verdicts as it wrote them")
+}
