@@ -208,7 +208,9 @@ func (c *Control) do(ctx context.Context, op uint32, id int, buf []byte) error {
 		// Only 6.0 and 6.1 to 6.1.42 refuse a number they do not know
 		// with ENODEV whatever the device (later ones look the device up
 		// first, then refuse the number ENOTSUPP or EOPNOTSUPP): its plain
-		// number answered, the ENODEV was such a refusal.
+		// number answered, the ENODEV was such a refusal. (On 6.4 on, a
+		// device added under the ID between the two numbers would pass
+		// for one: a race of two sends, left.)
 		c.goneIsEINVAL = c.goneIsEINVAL || errors.Is(answer, unix.ENODEV) && ownAnswer(plainAnswer)
 	}
 	return plainErr
