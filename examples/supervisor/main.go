@@ -169,7 +169,14 @@ func holdReport(report string, logger *slog.Logger) (*statedir.Lock, error) {
 			"report", report, "err", err)
 		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("-report %s: %w", report, err)
+		// statedir words its errors for a state directory ("state
+		// directory D: ..."), which the user never gave here: the error
+		// names the flag, the file and its lock file instead
+		// (docs/faults.md row 2440).
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner
+		}
+		return nil, fmt.Errorf("-report %s: its lock file %s: %w", report, report+".lock", err)
 	}
 	return lock, nil
 }
