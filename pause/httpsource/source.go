@@ -1043,6 +1043,10 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 		// its 200 alone read as a request that went well (docs/faults.md
 		// row 2364).
 		errStatus = []attribute.KeyValue{attribute.String("error.type", errorType(ctx, err))}
+		// The status says the server took the key: a 403 that comes
+		// after it is one sandbox's own, not a rotation the file lags
+		// (docs/faults.md row 2441).
+		s.acceptKey(use)
 		return nil, nil, resp.StatusCode, fmt.Errorf("httpsource: %s %s: reading body: %w", op, redact(target), err)
 	case err != nil:
 		// The status came: it is the answer, whatever became of its body.
@@ -1056,14 +1060,21 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 			op, redact(target), resp.StatusCode, maxBody>>20))
 	}
 	if resp.StatusCode/100 == 2 {
-		if s.cfg.keyFile != nil {
-			s.cfg.keyFile.accept(use, s.cfg.logger)
-		}
+		s.acceptKey(use)
 		return body, resp.Header, resp.StatusCode, nil
 	}
 	se := &StatusError{Op: op, URL: redact(target), StatusCode: resp.StatusCode, Body: snippet(body), key: use}
 	s.readRetryAfter(se, resp.Header.Get("Retry-After"))
 	return nil, resp.Header, resp.StatusCode, se
+}
+
+// acceptKey records that the server answered use, a request's use of the
+// key from Config.APIKeyFile, with a 2xx: it took the key, whatever became
+// of the answer's body. Nothing without a key file.
+func (s *Source) acceptKey(use keyUse) {
+	if s.cfg.keyFile != nil {
+		s.cfg.keyFile.accept(use, s.cfg.logger)
+	}
 }
 
 // errorType is the error.type of a request that failed with err, before
