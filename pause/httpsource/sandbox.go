@@ -80,7 +80,8 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		}
 		rctx, cancel := withTimeout(ctx, s.cfg.pauseTimeout, "pause", "Config.PauseTimeout")
 		sent := s.checks.sending()
-		_, _, status, err := s.do(rctx, "pause", s.cfg.pauseMethod, target)
+		ans, err := s.do(rctx, "pause", s.cfg.pauseMethod, target)
+		status := ans.status
 		cancel()
 		if err != nil && status/100 == 2 {
 			// The status is the answer, whatever became of a body no pause

@@ -629,7 +629,10 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 // follow than the Source follows (see Config.PageTokenHeader). An answer
 // that is not JSON of the configured shape is a permanent error, but one
 // that ended mid-body (the start of a JSON document: a connection closed
-// before the end of a body the close delimits) is transient.
+// before the end of a body the close delimits) is transient, and so is an
+// empty one the close delimits, which the close may have cut before its
+// first byte; an empty answer that said where it ends (Content-Length: 0,
+// chunked's last chunk) is permanent.
 //
 // A page after the first that fails (its request, or an answer that is no
 // listing: AgentENV's GET /v2/sandboxes answering page 2 with a 503)
@@ -741,7 +744,8 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 		if token != "" {
 			u = withQuery(target, s.cfg.tokenParam, token)
 		}
-		body, hdr, _, err := s.do(ctx, "list", http.MethodGet, u)
+		ans, err := s.do(ctx, "list", http.MethodGet, u)
+		body, hdr := ans.body, ans.header
 		if se := (*StatusError)(nil); errors.As(err, &se) {
 			if se.StatusCode == http.StatusNotFound && page == 1 && target == s.listURL && s.fallbackURL != "" {
 				s.cfg.logger.Info("httpsource: list path answered 404; listing with the fallback from now on",
@@ -767,6 +771,15 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 		case err != nil && cutShort(body, err):
 			return s.partial(out, page, ids, target, fmt.Errorf("httpsource: list %s: the answer ended mid-body, after %d bytes (its connection closed before the end of a body the close delimits): %w",
 				redact(u), len(body), err))
+		case err != nil && len(bytes.TrimSpace(body)) == 0 && ans.closeDelimited:
+			// Nothing said where its body ends but the close, which may
+			// have cut it before its first byte: an empty body whose end
+			// was said (Content-Length: 0, chunked's last chunk) is no
+			// listing, but this one may be a cut listing. Permanent, it
+			// ended the Preserver's listings, its Report Unknown
+			// (docs/faults.md row 2442).
+			return s.partial(out, page, ids, target, fmt.Errorf("httpsource: list %s: the answer ended with its connection before its first byte (a body the close delimits, which the close may have cut): %w",
+				redact(u), err))
 		case err != nil:
 			return s.partial(out, page, ids, target, backoff.Permanent(fmt.Errorf("httpsource: list %s: %w", redact(u), err)))
 		}
@@ -989,14 +1002,26 @@ func (s *Source) resolve(path string) string {
 	return strings.TrimSuffix(s.base.String(), "/") + path
 }
 
+// An answer is what do returns of a request's answer.
+type answer struct {
+	body   []byte      // a 2xx answer's
+	header http.Header // with an error, a StatusError's answer's
+	status int         // with an error, that of an answer whose body was cut or of a StatusError; 0 when none came
+	// closeDelimited says a 2xx answer's body ended with its connection
+	// (HTTP/1, neither a Content-Length nor chunks): nothing else said
+	// where it ends, so an empty one may be an answer cut before its
+	// first byte.
+	closeDelimited bool
+}
+
 // do sends one request and returns the body, header and status of a 2xx
 // answer, or a classified error (with the status of the answer, 0 when
 // none came).
-func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, http.Header, int, error) {
+func (s *Source) do(ctx context.Context, op, method, target string) (answer, error) {
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, method, target, nil)
 	if err != nil {
-		return nil, nil, 0, backoff.Permanent(fmt.Errorf("httpsource: %s: %w", op, err))
+		return answer{}, backoff.Permanent(fmt.Errorf("httpsource: %s: %w", op, err))
 	}
 	req.Header.Set("Accept", "application/json")
 	key, use := s.cfg.apiKey, keyUse{}
@@ -1022,9 +1047,9 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 			// go on with it; the error says it never answered, and what
 			// ended it (a timeout of the Source's, the caller's cause,
 			// which the client returns in place of ctx.Err()).
-			return nil, nil, 0, fmt.Errorf("httpsource: %s: no answer before %s: %w", op, endedBy(ctx), err)
+			return answer{}, fmt.Errorf("httpsource: %s: no answer before %s: %w", op, endedBy(ctx), err)
 		}
-		return nil, nil, 0, fmt.Errorf("httpsource: %s: %w", op, err) // transient: connection, timeout
+		return answer{}, fmt.Errorf("httpsource: %s: %w", op, err) // transient: connection, timeout
 	}
 	defer resp.Body.Close()
 	result = attribute.Int("http.response.status_code", resp.StatusCode)
@@ -1032,7 +1057,7 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 		errStatus = []attribute.KeyValue{attribute.String("error.type", strconv.Itoa(resp.StatusCode))}
 	}
 	if r := resp.Request; r != nil && r.Method != method {
-		return nil, nil, 0, backoff.Permanent(fmt.Errorf("httpsource: %s %s %s: the server redirected it to %s %s, a different request: its %d is not an answer",
+		return answer{}, backoff.Permanent(fmt.Errorf("httpsource: %s %s %s: the server redirected it to %s %s, a different request: its %d is not an answer",
 			op, method, redact(target), r.Method, r.URL.Redacted(), resp.StatusCode))
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
@@ -1047,7 +1072,7 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 		// after it is one sandbox's own, not a rotation the file lags
 		// (docs/faults.md row 2441).
 		s.acceptKey(use)
-		return nil, nil, resp.StatusCode, fmt.Errorf("httpsource: %s %s: reading body: %w", op, redact(target), err)
+		return answer{status: resp.StatusCode}, fmt.Errorf("httpsource: %s %s: reading body: %w", op, redact(target), err)
 	case err != nil:
 		// The status came: it is the answer, whatever became of its body.
 		// Taken for no answer, a 404 cut so made the next one "gone after
@@ -1056,16 +1081,23 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 		body = fmt.Appendf(body, " (body cut: %v)", err)
 	}
 	if len(body) > maxBody && resp.StatusCode/100 == 2 {
-		return nil, nil, 0, backoff.Permanent(fmt.Errorf("httpsource: %s %s: %d answer longer than %d MiB, not read further",
+		return answer{}, backoff.Permanent(fmt.Errorf("httpsource: %s %s: %d answer longer than %d MiB, not read further",
 			op, redact(target), resp.StatusCode, maxBody>>20))
 	}
 	if resp.StatusCode/100 == 2 {
 		s.acceptKey(use)
-		return body, resp.Header, resp.StatusCode, nil
+		return answer{body: body, header: resp.Header, status: resp.StatusCode, closeDelimited: closeDelimited(resp)}, nil
 	}
 	se := &StatusError{Op: op, URL: redact(target), StatusCode: resp.StatusCode, Body: snippet(body), key: use}
 	s.readRetryAfter(se, resp.Header.Get("Retry-After"))
-	return nil, resp.Header, resp.StatusCode, se
+	return answer{header: resp.Header, status: resp.StatusCode}, se
+}
+
+// closeDelimited reports whether resp's body ends with its connection:
+// HTTP/1, neither a Content-Length nor chunks (RFC 9112, section 6.3). An
+// HTTP/2 body ends with its stream, which a reset cuts with an error.
+func closeDelimited(resp *http.Response) bool {
+	return resp.ProtoMajor == 1 && resp.ContentLength < 0 && len(resp.TransferEncoding) == 0
 }
 
 // acceptKey records that the server answered use, a request's use of the
@@ -1258,7 +1290,8 @@ func (s *Source) parse(body []byte, page int, ids *listingIDs) ([]item, error) {
 // which is permanent. Read as permanent, one cut listing ended a
 // Preserver's listings, its Report Unknown and no sandbox preserved
 // (docs/faults.md row 2164). An empty body is no start of anything: a
-// path that answers 200 with none is not a listing.
+// path that answers 200 with none is not a listing, unless the close
+// delimits it (see answer.closeDelimited, which pages looks at).
 func cutShort(body []byte, err error) bool {
 	var se *json.SyntaxError
 	return len(bytes.TrimSpace(body)) > 0 && errors.As(err, &se) && se.Offset == int64(len(body)) &&
