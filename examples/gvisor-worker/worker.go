@@ -1276,16 +1276,20 @@ func (w *Worker) Restore(ctx context.Context, req *IDRequest) (*SandboxReply, er
 // but the checkpoint of a sandbox this worker holds paused is in its state directory (a
 // hostPath), which no other node has, and a client that did as told found no such
 // sandbox there (NotFound), as if it were gone. That refusal says to restore it here once
-// the worker serves again. Any other call, and a Restore of a sandbox not paused here,
-// keep the gate's answer.
+// the worker serves again. Only the words change: the gate's details (its
+// google.rpc.RetryInfo, the wait its grpc-retry-pushback-ms trailer asks too) are kept,
+// for a client that reads them to know when to come back. Any other call, and a Restore
+// of a sandbox not paused here, keep the gate's answer.
 func (w *Worker) restoreRefused(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	reply, err := handler(ctx, req)
 	r, ok := req.(*IDRequest)
 	if !ok || info.FullMethod != MethodRestore || status.Code(err) != codes.Unavailable || !w.pausedHere(r.ID) {
 		return reply, err
 	}
-	return nil, status.Errorf(codes.Unavailable, "worker draining: Restore of %s not started: its checkpoint is in this worker's state directory, "+
+	refusal := status.Convert(err).Proto()
+	refusal.Message = fmt.Sprintf("worker draining: Restore of %s not started: its checkpoint is in this worker's state directory, "+
 		"which no other node has: restore it here once the worker serves again", r.ID)
+	return nil, status.FromProto(refusal).Err()
 }
 
 // pausedHere reports whether the node holds sandbox id paused.
