@@ -394,9 +394,12 @@ type Server interface {
 // connections alone (a client's that never acknowledged the GOAWAY, for
 // which grpc waits 5 s: its node gone without closing it, its process
 // frozen), and Stop returns nil. When grpc's Stop was left running (below)
-// it has closed no connection yet, and every RPC still running counts,
-// whichever server it is on. It can tell only when interceptors of
-// both kinds, unary and stream, were made with g (an RPC of the other kind
+// it may have closed no connection yet, and every RPC still running
+// counts, unless a socket still listens on the address its connection came
+// in on (Linux's socket tables tell): a *grpc.Server closes every listener
+// of its own as GracefulStop begins, so that RPC is another server's. It
+// can tell only when interceptors of both kinds, unary and stream, were
+// made with g (an RPC of the other kind
 // would run uncounted), and it counts an RPC from the moment it reaches
 // g's interceptor, so put them first in their chains. (GracefulStop alone
 // has no deadline: one stuck RPC would hold the process until SIGKILL.)
@@ -498,7 +501,7 @@ func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (
 
 // heldStop is a Step's detail when grpc's Stop had not returned shortly
 // after the step's deadline (see Stop) and was left running.
-const heldStop = "grpc's Stop did not return after the deadline, left running: a connection still in its handshake holds it until grpc.ConnectionTimeout (120 s unless set), and with grpc.WaitForHandlers(true) a running handler does"
+const heldStop = "grpc's Stop did not return after the deadline, left running: a connection still in its handshake holds it until grpc.ConnectionTimeout (120 s unless set), with grpc.WaitForHandlers(true) a running handler does, and a loaded machine or a connection slow to close delays it"
 
 // quietStop is a Step's detail when it called grpc's Stop its reserve
 // after the last RPC ended, before its deadline.

@@ -2,6 +2,8 @@ package draingrpc
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -12,9 +14,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/listening"
 )
 
 // healthPrefix is the full method prefix of the standard health service.
@@ -196,9 +200,38 @@ type gateState struct {
 
 // A call is one RPC in an interceptor's handler.
 type call struct {
-	ctx  context.Context // the RPC's own, which its server's Stop cancels
-	done bool            // its handler returned; guarded by gateState.mu
-	cut  bool            // ctx was done when it returned; guarded by gateState.mu
+	ctx   context.Context // the RPC's own, which its server's Stop cancels
+	local net.Addr        // the address its connection came in on (see listenedOn); nil when unknown
+	done  bool            // its handler returned; guarded by gateState.mu
+	cut   bool            // ctx was done when it returned; guarded by gateState.mu
+}
+
+// localAddr is the address an RPC's connection came in on, the one its
+// server's listener listens on, or nil when it is not known or is not a
+// listener of the server's own: an RPC served through an http.Server
+// (grpc's ServeHTTP) came in on that server's listener, which grpc's Stop
+// does not close.
+func localAddr(ctx context.Context) net.Addr {
+	if ctx.Value(http.ServerContextKey) != nil {
+		return nil
+	}
+	if p, ok := peer.FromContext(ctx); ok {
+		return p.LocalAddr
+	}
+	return nil
+}
+
+// elsewhere reports whether c runs on another server than the one whose
+// Stop, held, has closed every listener of its own (grpc's Stop and
+// GracefulStop close them first of all, before any wait): a socket still
+// listens on the address c came in on. When that cannot be told, c may be
+// that server's.
+func (c *call) elsewhere() bool {
+	if c.local == nil {
+		return false
+	}
+	on, known := listening.On(c.local)
+	return known && on
 }
 
 // A cutCheck is the RPCs one Stop may have cut: in a handler as its
@@ -239,7 +272,7 @@ func (s *gateState) rpc(ctx context.Context) (done func()) {
 	if s == nil {
 		return func() {}
 	}
-	c := &call{ctx: ctx}
+	c := &call{ctx: ctx, local: localAddr(ctx)}
 	s.mu.Lock()
 	if s.calls == nil {
 		s.calls = make(map[*call]struct{})
@@ -320,10 +353,14 @@ func (s *gateState) quiet(ctx context.Context, reserve time.Duration) <-chan str
 // their connections) before its handler returned, nor is still running
 // with its context cancelled. An RPC of another server made with the same
 // gate is not cut by this one's Stop, and is not counted (row 1016). When
-// grpc's Stop was held (see Stop), it has not closed the connections yet:
-// an RPC still running then counts, whichever server it is on. It reports
-// false when the gate's interceptors are not of both kinds (an RPC of the
-// other kind would run uncounted), and for a nil s.
+// grpc's Stop was held (see Stop), it may not have closed the connections
+// yet (a handshake holds it before it does; on a loaded machine it may
+// not have run yet): an RPC still running then counts, unless a socket
+// still listens on the address its connection came in on, which makes it
+// another server's, for the stopped server closed its own listeners first
+// of all (row 2381). It reports false when the gate's interceptors are not
+// of both kinds (an RPC of the other kind would run uncounted), and for a
+// nil s.
 func (s *gateState) idle() (still func(held bool) bool) {
 	if s == nil || !s.unary.Load() || !s.stream.Load() {
 		return func(bool) bool { return false }
@@ -339,16 +376,36 @@ func (s *gateState) idle() (still func(held bool) bool) {
 	s.checks[chk] = struct{}{}
 	s.mu.Unlock()
 	return func(held bool) bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		delete(s.checks, chk)
-		for _, c := range chk.calls {
-			if c.cut || !c.done && (held || c.ctx.Err() != nil) {
+		running, cut := s.endCheck(chk)
+		if cut {
+			return false
+		}
+		for _, c := range running {
+			if held && !c.elsewhere() {
 				return false
 			}
 		}
 		return true
 	}
+}
+
+// endCheck ends chk and returns its RPCs still running with their context
+// not cancelled, and whether one of its RPCs was cut: it returned with
+// its context cancelled, or runs on with it cancelled. The socket tables
+// that tell the running ones' servers apart are read after, without s.mu.
+func (s *gateState) endCheck(chk *cutCheck) (running []*call, cut bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.checks, chk)
+	for _, c := range chk.calls {
+		switch {
+		case c.cut, !c.done && c.ctx.Err() != nil:
+			return nil, true
+		case !c.done:
+			running = append(running, c)
+		}
+	}
+	return running, false
 }
 
 // watchStops returns a channel closed when a Stop with g runs: at once if
