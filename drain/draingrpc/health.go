@@ -380,13 +380,34 @@ func (s *gateState) idle() (still func(held bool) bool) {
 		if cut {
 			return false
 		}
-		for _, c := range running {
-			if held && !c.elsewhere() {
-				return false
-			}
+		if !held {
+			return true
 		}
-		return true
+		return allElsewhere(running)
 	}
+}
+
+// allElsewhere reports whether every one of calls runs on another server
+// than the one whose Stop is held (see call.elsewhere). The socket tables
+// are read once per address, not per call: a server with a thousand
+// streams has a handful of addresses, and this runs in the step's slack.
+func allElsewhere(calls []*call) bool {
+	seen := make(map[string]bool)
+	for _, c := range calls {
+		if c.local == nil {
+			return false
+		}
+		key := c.local.Network() + " " + c.local.String()
+		other, ok := seen[key]
+		if !ok {
+			other = c.elsewhere()
+			seen[key] = other
+		}
+		if !other {
+			return false
+		}
+	}
+	return true
 }
 
 // endCheck ends chk and returns its RPCs still running with their context

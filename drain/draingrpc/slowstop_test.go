@@ -91,7 +91,8 @@ func TestAStopHeldInAHandshakeStillCountsItsOwnRPC(t *testing.T) {
 	require.NoError(t, err)
 	c, err := net.Dial(s.addr.Network(), s.addr.String())
 	require.NoError(t, err)
-	defer c.Close() // ends the handshake, and with it grpc's Stop, before goleak looks
+	// Closing it ends the handshake, and with it grpc's Stop, before goleak looks.
+	defer c.Close()
 	_, err = c.Write([]byte("PRI * HTTP/2.0")) // part of the preface, then nothing
 	require.NoError(t, err)
 	waitReading(t, s, c.LocalAddr())
