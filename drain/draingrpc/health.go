@@ -201,7 +201,7 @@ type gateState struct {
 // A call is one RPC in an interceptor's handler.
 type call struct {
 	ctx   context.Context // the RPC's own, which its server's Stop cancels
-	local net.Addr        // the address its connection came in on (see listenedOn); nil when unknown
+	local net.Addr        // the address its connection came in on (see localAddr); nil when unknown
 	done  bool            // its handler returned; guarded by gateState.mu
 	cut   bool            // ctx was done when it returned; guarded by gateState.mu
 }
