@@ -1,9 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -11,8 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/drain"
-	"github.com/drainkit/drainkit/examples/internal/sandbox"
-	"github.com/drainkit/drainkit/internal/realpart"
 )
 
 // Fault (a review of the checkpoints a full images volume refuses): a volume out of
@@ -29,20 +24,7 @@ import (
 //	+0.0x s    the next is not started, saying the volume has no inode free
 //	soon after SIGTERM, while most of the grace is left
 func TestSandboxesOnAVolumeOutOfInodesAreSignalledSayingWhy(t *testing.T) {
-	cfg := runscConfig(t)
-	cfg.Grace = earlyGrace // preserve deadline +4.5 s
-	cfg.Concurrency = 1
-	w, _, stop, d, ids := slowWorker(t, cfg, 1)
-	id := ids[0]
-	images := filepath.Dir(w.rt.(*sandbox.Runsc).Image(id))
-	require.NoError(t, os.MkdirAll(images, 0o700))
-	if err := syscall.Mount("tmpfs", images, "tmpfs", 0, "size=64m,nr_inodes=1"); err != nil { // the root's inode alone
-		realpart.Missing(t, "skipping: mounting an images volume needs root: "+err.Error())
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(images, syscall.MNT_DETACH) })
-
-	rep := stop() // as SIGTERM would
-	lines := d.calls(rep.Start)
+	rep, lines, id := drainOnImagesVolume(t, 0, "size=64m,nr_inodes=1", "an images volume") // the root's inode alone
 	require.NotNil(t, rep.Preserve)
 	require.Len(t, rep.Preserve.Entries, 1)
 	e := rep.Preserve.Entries[0]

@@ -29,20 +29,7 @@ import (
 //	           (before: tried again until the preserve deadline, +4.5 s)
 //	soon after SIGTERM, while most of the grace is left
 func TestSandboxesOnAReadOnlyImagesVolumeAreSignalledAtOnce(t *testing.T) {
-	cfg := runscConfig(t)
-	cfg.Grace = earlyGrace // preserve deadline +4.5 s
-	cfg.Concurrency = 1
-	w, _, stop, d, ids := slowWorker(t, cfg, 1)
-	id := ids[0]
-	images := filepath.Dir(w.rt.(*sandbox.Runsc).Image(id))
-	require.NoError(t, os.MkdirAll(images, 0o700))
-	if err := syscall.Mount("tmpfs", images, "tmpfs", syscall.MS_RDONLY, "size=1m"); err != nil {
-		realpart.Missing(t, "skipping: mounting a read-only images volume needs root: "+err.Error())
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(images, syscall.MNT_DETACH) })
-
-	rep := stop() // as SIGTERM would
-	lines := d.calls(rep.Start)
+	rep, lines, id := drainOnImagesVolume(t, syscall.MS_RDONLY, "size=1m", "a read-only images volume")
 	require.NotNil(t, rep.Preserve)
 	require.Len(t, rep.Preserve.Entries, 1)
 	e := rep.Preserve.Entries[0]
@@ -59,4 +46,25 @@ func TestSandboxesOnAReadOnlyImagesVolumeAreSignalledAtOnce(t *testing.T) {
 	assert.True(t, pre.End.Before(pre.Deadline), "the preserve phase held the sandbox to its deadline, +%v",
 		pre.End.Sub(rep.Start).Round(time.Millisecond))
 	assert.Equal(t, drain.OK, esc.Result, "the sandbox did not end on its SIGTERM in the time left: %s", esc.Error)
+}
+
+// drainOnImagesVolume drains one sandbox of a slow worker (earlyGrace: the preserve
+// deadline at +4.5 s; one checkpoint at a time) whose images directory is a tmpfs mounted
+// with flags and data, as SIGTERM would, and returns the drain's Report, the fake runsc's
+// calls since its start and the sandbox's ID. Mounting what needs root: without it the
+// test is skipped saying so.
+func drainOnImagesVolume(t *testing.T, flags uintptr, data, what string) (rep *drain.Report, lines []string, id string) {
+	t.Helper()
+	cfg := runscConfig(t)
+	cfg.Grace = earlyGrace
+	cfg.Concurrency = 1
+	w, _, stop, d, ids := slowWorker(t, cfg, 1)
+	images := filepath.Dir(w.rt.(*sandbox.Runsc).Image(ids[0]))
+	require.NoError(t, os.MkdirAll(images, 0o700))
+	if err := syscall.Mount("tmpfs", images, "tmpfs", flags, data); err != nil {
+		realpart.Missing(t, "skipping: mounting "+what+" needs root: "+err.Error())
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(images, syscall.MNT_DETACH) })
+	rep = stop()
+	return rep, d.calls(rep.Start), ids[0]
 }
