@@ -437,10 +437,17 @@ func (r *run) nothingToDo() string {
 	switch {
 	case r.cfg.daemon == nil:
 		return why + " and no daemon"
-	case exitedAlways(r.cfg.daemon) || !r.daemonGone():
+	case !r.daemonKnownGone():
 		return ""
 	}
 	return why + ", and the daemon is not running: nothing to ask it (any device it served was gone before the step looked)"
+}
+
+// daemonKnownGone reports whether the daemon is known to have exited, so
+// that a stop request would reach nothing: daemonGone, but for a
+// DaemonFuncs with no WaitFunc, whose Wait says it exited whatever it does.
+func (r *run) daemonKnownGone() bool {
+	return !exitedAlways(r.cfg.daemon) && r.daemonGone()
 }
 
 // exitedAlways reports whether d is a DaemonFuncs with no WaitFunc, whose
@@ -1320,7 +1327,7 @@ func (r *run) requestStop() {
 		// request then made in the new layout (internal/ublkstep).
 		r.cfg.beforeRequest()
 	}
-	if !exitedAlways(d) && r.daemonGone() {
+	if r.daemonKnownGone() {
 		// It stopped on its own (its server told it, as AgentENV's does)
 		// after discovery: a request reaches nothing, and its error
 		// ("connection refused") would read as the step's failure. The
