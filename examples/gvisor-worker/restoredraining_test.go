@@ -22,19 +22,9 @@ import (
 // an ID this worker does not have, keep the gate's words.
 func TestRestoreRefusedWhileDrainingSaysTheCheckpointIsHere(t *testing.T) {
 	t.Parallel()
-	w, c, _ := serveWorker(t, fakeConfig(t))
-	r, err := c.Run(context.Background(), &RunRequest{})
-	require.NoError(t, err)
-	cp, err := c.Checkpoint(context.Background(), r.ID)
-	require.NoError(t, err)
-	require.Equal(t, sandbox.Paused, cp.State)
+	c, r := checkpointedWhileDraining(t)
 
-	rec := httptest.NewRecorder()
-	w.drainer.PreStop().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/drain?wait=0s", nil))
-	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	<-w.drainer.Gate().Draining()
-
-	_, err = c.Restore(context.Background(), r.ID)
+	_, err := c.Restore(context.Background(), r.ID)
 	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 	msg := status.Convert(err).Message()
 	assert.NotContains(t, msg, "another node")
@@ -47,4 +37,23 @@ func TestRestoreRefusedWhileDrainingSaysTheCheckpointIsHere(t *testing.T) {
 	_, err = c.Run(context.Background(), &RunRequest{})
 	assert.Equal(t, codes.Unavailable, status.Code(err))
 	assert.Contains(t, status.Convert(err).Message(), "retry on another node")
+}
+
+// checkpointedWhileDraining serves a worker, checkpoints a sandbox run on it, and starts
+// its drain with the preStop call (no wait), returning, once its gate refuses new work,
+// the worker's client and the sandbox.
+func checkpointedWhileDraining(t *testing.T) (*Client, *SandboxReply) {
+	t.Helper()
+	w, c, _ := serveWorker(t, fakeConfig(t))
+	r, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	cp, err := c.Checkpoint(context.Background(), r.ID)
+	require.NoError(t, err)
+	require.Equal(t, sandbox.Paused, cp.State)
+
+	rec := httptest.NewRecorder()
+	w.drainer.PreStop().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/drain?wait=0s", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	<-w.drainer.Gate().Draining()
+	return c, r
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"testing"
 
@@ -14,8 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/drainkit/drainkit/examples/internal/sandbox"
 )
 
 // Fault: restoreRefused put its own status in place of the gate's refusal of a Restore
@@ -26,20 +22,10 @@ import (
 // details under its own words: the same wait in both hints.
 func TestRestoreRefusedWhileDrainingKeepsTheGatesRetryInfo(t *testing.T) {
 	t.Parallel()
-	w, c, _ := serveWorker(t, fakeConfig(t))
-	r, err := c.Run(context.Background(), &RunRequest{})
-	require.NoError(t, err)
-	cp, err := c.Checkpoint(context.Background(), r.ID)
-	require.NoError(t, err)
-	require.Equal(t, sandbox.Paused, cp.State)
-
-	rec := httptest.NewRecorder()
-	w.drainer.PreStop().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/drain?wait=0s", nil))
-	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	<-w.drainer.Gate().Draining()
+	c, r := checkpointedWhileDraining(t)
 
 	var trailer metadata.MD
-	err = c.cc.Invoke(context.Background(), MethodRestore, &IDRequest{ID: r.ID}, new(SandboxReply), CallCodec(), grpc.Trailer(&trailer))
+	err := c.cc.Invoke(context.Background(), MethodRestore, &IDRequest{ID: r.ID}, new(SandboxReply), CallCodec(), grpc.Trailer(&trailer))
 	st := status.Convert(err)
 	require.Equal(t, codes.Unavailable, st.Code(), "%v", err)
 	assert.Contains(t, st.Message(), "restore it here once the worker serves again", "the worker's words, not the gate's")
