@@ -41,15 +41,7 @@ func TestAListingAnswerCutMidBodyIsListedAgain(t *testing.T) {
 			paused.Store(strings.Split(req.URL.Path, "/")[2], true)
 			return "HTTP/1.1 204 No Content\r\n\r\n"
 		}
-		var elems []string
-		for _, id := range []string{"a", "b"} {
-			state := "running"
-			if _, ok := paused.Load(id); ok {
-				state = "paused"
-			}
-			elems = append(elems, fmt.Sprintf(`{"sandboxID":%q,"state":%q}`, id, state))
-		}
-		listing := "[" + strings.Join(elems, ",") + "]"
+		listing := listingOfAB(&paused)
 		answer := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n" + listing
 		if listings.Add(1) == 1 {
 			return answer[:len(answer)-len(listing)+37] // cut after the first element and its comma
@@ -152,4 +144,18 @@ func TestAListingCutMidBodyIsListedAgainWhateverItsFraming(t *testing.T) {
 			preservesBothAfterACutListing(t, src, &listings, &pauses)
 		})
 	}
+}
+
+// listingOfAB is AgentENV's listing of sandboxes a and b, each running until paused
+// holds its ID.
+func listingOfAB(paused *sync.Map) string {
+	var elems []string
+	for _, id := range []string{"a", "b"} {
+		state := "running"
+		if _, ok := paused.Load(id); ok {
+			state = "paused"
+		}
+		elems = append(elems, fmt.Sprintf(`{"sandboxID":%q,"state":%q}`, id, state))
+	}
+	return "[" + strings.Join(elems, ",") + "]"
 }

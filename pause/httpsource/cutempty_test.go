@@ -77,15 +77,7 @@ func cutFirstListing(t *testing.T, first string) (*Source, *atomic.Int64, *atomi
 		if listings.Add(1) == 1 {
 			return first
 		}
-		var elems []string
-		for _, id := range []string{"a", "b"} {
-			state := "running"
-			if _, ok := paused.Load(id); ok {
-				state = "paused"
-			}
-			elems = append(elems, fmt.Sprintf(`{"sandboxID":%q,"state":%q}`, id, state))
-		}
-		body := "[" + strings.Join(elems, ",") + "]"
+		body := listingOfAB(&paused)
 		return head + fmt.Sprintf("Content-Length: %d\r\n\r\n", len(body)) + body
 	})
 	src, err := New("http://"+ln.Addr().String(), AgentENV())
