@@ -56,9 +56,15 @@ func Open(pid int) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pidfd_open %d: %w", pid, err)
 	}
-	p := &Process{pid: pid, h: &handle{fd: fd}}
-	runtime.AddCleanup(p, func(h *handle) { _ = h.close() }, p.h)
-	return p, nil
+	return pinned(pid, &handle{fd: fd}), nil
+}
+
+// pinned is the Process of pid held by h, whose pidfd a cleanup closes if
+// the Process is dropped without Close.
+func pinned(pid int, h *handle) *Process {
+	p := &Process{pid: pid, h: h}
+	runtime.AddCleanup(p, func(h *handle) { _ = h.close() }, h)
+	return p
 }
 
 // Dup pins op's process with a duplicate of the pidfd os.StartProcess got
@@ -77,9 +83,7 @@ func Dup(op *os.Process) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pidfd of pid %d: %w", op.Pid, err)
 	}
-	p := &Process{pid: op.Pid, h: &handle{fd: fd}}
-	runtime.AddCleanup(p, func(h *handle) { _ = h.close() }, p.h)
-	return p, nil
+	return pinned(op.Pid, &handle{fd: fd}), nil
 }
 
 // Adopt pins the process of pidfd fd, which it takes over (closed by Close), one a
@@ -89,18 +93,16 @@ func Dup(op *os.Process) (*Process, error) {
 // os.ErrProcessDone, fd closed, once the process has exited and been reaped, and when
 // the kernel does not say its PID there.
 func Adopt(fd int) (*Process, error) {
-	p := &Process{h: &handle{fd: fd}}
-	pid, err := p.procPid()
+	h := &handle{fd: fd}
+	pid, err := (&Process{h: h}).procPid()
 	if err == nil && pid <= 0 {
 		err = fmt.Errorf("pidfd %d: its process has exited, or is not in /proc's PID namespace (fdinfo Pid %d): %w", fd, pid, os.ErrProcessDone)
 	}
 	if err != nil {
-		_ = p.h.close()
+		_ = h.close()
 		return nil, err
 	}
-	p.pid = pid
-	runtime.AddCleanup(p, func(h *handle) { _ = h.close() }, p.h)
-	return p, nil
+	return pinned(pid, h), nil
 }
 
 // Pid returns the process ID.
