@@ -171,7 +171,9 @@
 // until then) and the
 // supervisor exits with the server's status, 1 at least when the daemon
 // step failed (a device left live, the daemon left running, killed or
-// crashed: the note names it, as in a drain). Whether it exits on its own
+// crashed: the note names it, as in a drain; the teardown's verdict,
+// devices and note are the Report's ublk, and a line of the termination
+// message and of the report's log line). Whether it exits on its own
 // before termination or during the drain (after the preStop hook fixed T0,
 // or after SIGTERM but before the supervisor's own SIGTERM to it), the
 // sandboxes its last listing that succeeded showed not paused and that

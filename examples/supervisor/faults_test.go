@@ -359,6 +359,7 @@ func TestDaemonStepFailureAfterTheServerExitsOnItsOwnMakesTheSupervisorExitNonZe
 	assert.Contains(t, msg, "daemon step timed_out: ublk: 1 device(s) still live")
 	assert.Contains(t, msg, "daemon left running")
 	assert.Contains(t, msg, "supervisor exit code 1")
+	assert.Contains(t, msg, "\nublk teardown: left_live, 1 device", "the teardown's own line, as a drain's step has (row 2520)")
 }
 
 // Fault: the server crashes during the drain, after the preStop hook fixed

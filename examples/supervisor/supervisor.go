@@ -1164,7 +1164,9 @@ func (r *Report) lostOutsideDrain() int {
 // status is 1 at least, and the termination message says the full report
 // could not be written, and why, where it would name the file; the file
 // then holds nothing, not the previous shutdown's Report, which was read as
-// this one's (writeReport; docs/faults.md row 1138).
+// this one's (writeReport; docs/faults.md row 1138). The log line says the
+// daemon teardown's verdict, devices and note when it ran outside any drain
+// (Report.Ublk), which no drain's line carries then.
 func (s *supervisor) finish(rep *Report) {
 	reportErr := s.writeReport(rep)
 	if reportErr != nil {
@@ -1183,6 +1185,12 @@ func (s *supervisor) finish(rep *Report) {
 	}
 	if rep.Drain != nil {
 		attrs = append(attrs, "headroom", rep.Drain.Headroom.Round(time.Millisecond))
+	}
+	if u := rep.Ublk; u != nil { // the teardown outside a drain: no drain step carries it
+		attrs = append(attrs, "ublk_verdict", u.Verdict, "ublk_devices", len(u.Devices))
+		if u.Note != "" {
+			attrs = append(attrs, "ublk_note", u.Note)
+		}
 	}
 	s.log.Info("supervisor: report", attrs...)
 	s.writeTerminationMessage(rep, reportErr)
@@ -1369,10 +1377,14 @@ func (s *supervisor) spared(pid int) bool {
 // writeTerminationMessage writes the termination's summary to the
 // termination message path, so the pod's last state says what happened
 // (at most 4 KiB; the full Report is in -report, unless reportErr, the
-// error of writing it, which the summary gives instead). A failure is
-// logged.
+// error of writing it, which the summary gives instead). A daemon teardown
+// outside any drain (Report.Ublk) has its line after the server's, as a
+// drain's daemon step has in the drain's summary. A failure is logged.
 func (s *supervisor) writeTerminationMessage(rep *Report, reportErr error) {
 	extra := []string{fmt.Sprintf("server %s; supervisor exit code %d", rep.Server.String(), rep.ExitCode)}
+	if line := termmsg.UblkLine(rep.Ublk); line != "" { // before the note, which is not bounded
+		extra = append(extra, line)
+	}
 	if rep.Note != "" {
 		extra = append(extra, "note: "+rep.Note)
 	}

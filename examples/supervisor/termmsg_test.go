@@ -3,7 +3,9 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 // Fault: the supervisor wrote its additions to the verdict (the sandboxes lost with a server
@@ -59,4 +62,30 @@ func TestTerminationMessageWithTheSupervisorsVerdictFitsTheKubeletsRead(t *testi
 	lost := lines[len(lines)-1]
 	assert.True(t, strings.HasPrefix(lost, "lost: 3127 (failures first; "), lost)
 	assert.True(t, strings.HasSuffix(lost, "(not_started)"), "the last entry whole: %s", lost[len(lost)-40:])
+}
+
+// Fault: the supervisor's daemon step after a server that exited on its own
+// ran outside any drain, and its account, Report.Ublk, was only in -report's
+// JSON: the termination message said "no drain ran", the server's status and
+// the note, and the supervisor's report line nothing of the devices, so an
+// operator reading the pod's last state after a crash learnt nothing of a
+// device left live on a kernel not known fixed. Both now say the teardown's
+// verdict, its devices and its Note, the termination message as a drain's
+// ublk step is said.
+func TestAServerThatExitedOnItsOwnHasItsUblkTeardownSaid(t *testing.T) {
+	const note = "the daemon did not exit: left running, its device live (the kernel is not known fixed)"
+	termLog := filepath.Join(t.TempDir(), "termination-log")
+	var logs bytes.Buffer
+	s := &supervisor{cfg: config{termLog: termLog}, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	s.exitedBefore.Store(true)
+	rep := &Report{Server: ChildState{Exited: true, Code: 0}, ExitCode: 1,
+		Note: "the server exited on its own before termination; daemon step timed_out: ublk: 1 device(s) still live",
+		Ublk: &ublk.Report{Verdict: ublk.VerdictLeftLive, Note: note, Devices: []ublk.DeviceReport{{ID: 0, Verdict: ublk.VerdictLeftLive}}}}
+	s.finish(rep)
+
+	lines := strings.Split(readFile(t, termLog), "\n")
+	assert.Equal(t, "drainkit: no drain ran", lines[0])
+	assert.Contains(t, lines, "ublk teardown: left_live, 1 device: "+note)
+	assert.Contains(t, logs.String(), `msg="supervisor: report"`)
+	assert.Contains(t, logs.String(), "ublk_verdict=left_live ublk_devices=1 ublk_note=")
 }

@@ -9,7 +9,8 @@
 // longer than 1024 bytes says so, and the lost IDs, last, after their
 // count, each end with their outcome, so a cut can only shorten the list.
 // A server that could not start writes StartFailed instead: no drain ran,
-// and why.
+// and why. A supervisor whose server exited on its own, no drain run, gives
+// its ublk teardown's line (UblkLine) among Summary's extra.
 //
 //	path, explicit := termmsg.Path(*flagTerminationLog) // flag, else DRAINKIT_TERMINATION_LOG, else /dev/termination-log
 //	msg := termmsg.Summary(rep, "full report: "+reportPath)

@@ -13,6 +13,7 @@ import (
 	"github.com/drainkit/drainkit/internal/gaterefusals"
 	"github.com/drainkit/drainkit/internal/ublkaccount"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 // MaxBytes is the kubelet's limit on a container's termination message:
@@ -126,6 +127,20 @@ func parts(rep *drain.Report) (lead, rest []string) {
 		rest = append(rest, line)
 	}
 	return lead, rest
+}
+
+// UblkLine is the line that says what a ublk teardown run outside any drain
+// did, for Summary's extra when no drain ran: a supervisor's Report.Ublk,
+// once its server exited on its own. It is the line a drain's ublk step
+// gets ("ublk teardown: left_live, 1 device: NOTE"), bounded as that one
+// is; "" for a nil rep. Without it the message said "no drain ran" and
+// nothing of the devices, whose account was in the Report file alone.
+func UblkLine(rep *ublk.Report) string {
+	a, ok := ublkaccount.Read(rep)
+	if !ok {
+		return ""
+	}
+	return clip(a.Line(""), maxWhy)
 }
 
 // sandboxesLine counts the sandboxes by outcome, or says why there is no

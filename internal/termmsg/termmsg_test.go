@@ -588,3 +588,22 @@ func TestSummarySaysTheUblkVerdictAndNote(t *testing.T) {
 	assert.LessOrEqual(t, at+len(line), termmsg.KeptBytes, "in the head every pod keeps")
 	assert.Less(t, at, strings.Index(msg, "\nlost: "), "the lost IDs last")
 }
+
+// A ublk teardown run outside any drain (a supervisor's, once its server
+// exited on its own) has the line a drain's ublk step gets, for the
+// message that says no drain ran, bounded as that one is, inside the head
+// every pod keeps; nil has none.
+func TestUblkLineSaysATeardownOutsideADrain(t *testing.T) {
+	long := strings.Repeat("the daemon did not exit; ", 40)
+	rep := &ublk.Report{Verdict: ublk.VerdictLeftLive, Note: long, Devices: make([]ublk.DeviceReport, 1)}
+	line := termmsg.UblkLine(rep)
+	assert.True(t, strings.HasPrefix(line, "ublk teardown: left_live, 1 device: the daemon did not exit; "), line)
+	assert.LessOrEqual(t, len(line), 300+len("…"), "bounded as a step's line")
+	assert.True(t, strings.HasSuffix(line, "…"), "the cut marked")
+	assert.Empty(t, termmsg.UblkLine(nil))
+
+	msg := termmsg.Summary(nil, "server exited 0; supervisor exit code 1", line, "note: "+long)
+	at := strings.Index(msg, line)
+	require.Positive(t, at, msg)
+	assert.LessOrEqual(t, at+len(line), termmsg.KeptBytes, "in the head every pod keeps")
+}
