@@ -37,7 +37,9 @@ the supervisor's -report file (its "drain" member is read, with its exit code
 and note, and the sandboxes it counts lost with a server that exited on its
 own, lost_with_server: those the drain's account lacks are listed and lost;
 a report with no drain whose server took sandboxes with it, dead in the
-preStop wait, lists them alone, exit status 1); "-" reads stdin.
+preStop wait, lists them alone, and one whose server exited on its own says
+its daemon teardown's verdict, devices and note, its "ublk" member, as a ublk
+step's: exit status 1); "-" reads stdin.
 
 With -svg OUT it also writes a timeline as SVG, which any browser opens: the
 phases as bands, one bar per sandbox from the start of its pause to its end
@@ -154,6 +156,18 @@ type supervisorFacts struct {
 	LostWithServer []string `json:"lost_with_server"`
 	ExitCode       int      `json:"exit_code"`
 	Note           string   `json:"note"`
+	// Ublk is the daemon teardown's account when it ran outside any drain
+	// (the server exited on its own), read as a drain step's Detail is.
+	Ublk json.RawMessage `json:"ublk"`
+}
+
+// ublk is the account of the daemon teardown the supervisor ran outside any
+// drain, if its report has one.
+func (f *supervisorFacts) ublk() (*ublkaccount.Account, bool) {
+	if f == nil || len(f.Ublk) == 0 {
+		return nil, false
+	}
+	return ublkaccount.Read(f.Ublk)
 }
 
 // outsideDrain returns the sandboxes lost with the server that rep's account has no
@@ -173,9 +187,13 @@ func (f *supervisorFacts) outsideDrain(rep *drain.Report) []string {
 
 // writeNoDrain writes the summary of a supervisor's report with no drain whose
 // server took sandboxes with it (a server dead during the preStop wait: the drain's
-// Shutdown never ran).
+// Shutdown never ran), or whose daemon teardown ran outside any drain: that
+// teardown's verdict, devices and note, then the sandboxes lost.
 func (f *supervisorFacts) writeNoDrain(w io.Writer) {
 	fmt.Fprintf(w, "Supervisor   exit code %d, no drain report: %s\n", f.ExitCode, oneLine(f.Note, 300))
+	if a, ok := f.ublk(); ok {
+		writeUblkAccount(w, a, "")
+	}
 	writeLostWithServer(w, f.LostWithServer)
 }
 
@@ -233,7 +251,7 @@ func parseReport(name string, data []byte) (*drain.Report, *lastreport.Unfinishe
 			}
 		}
 		if !ok {
-			if server && len(sup.LostWithServer) > 0 {
+			if _, teardown := sup.ublk(); server && (len(sup.LostWithServer) > 0 || teardown) {
 				return nil, nil, sup, nil
 			}
 			if server {
@@ -568,29 +586,33 @@ func writeSummary(w io.Writer, rep *drain.Report, unfinished *lastreport.Unfinis
 // device. The Note and the verdicts are the file's words, shown printable.
 func writeUblk(w io.Writer, rep *drain.Report) {
 	for _, p := range rep.Phases {
-		a, ok := ublkaccount.Read(p.Detail)
-		if !ok {
-			continue
+		if a, ok := ublkaccount.Read(p.Detail); ok {
+			writeUblkAccount(w, a, p.Name)
 		}
-		line := printable(a.Head(p.Name))
-		if a.Kernel != "" {
-			line += fmt.Sprintf(" (kernel %s, %s)", printable(a.Kernel), printable(string(a.KernelClass)))
+	}
+}
+
+// writeUblkAccount writes the Devices line of a, the account of the ublk
+// teardown of step ("" for one outside any drain), and its note.
+func writeUblkAccount(w io.Writer, a *ublkaccount.Account, step string) {
+	line := printable(a.Head(step))
+	if a.Kernel != "" {
+		line += fmt.Sprintf(" (kernel %s, %s)", printable(a.Kernel), printable(string(a.KernelClass)))
+	}
+	var devs []string
+	for i, d := range a.Devices {
+		if i == maxUblkDevices {
+			devs = append(devs, fmt.Sprintf("... and %d more", len(a.Devices)-i))
+			break
 		}
-		var devs []string
-		for i, d := range a.Devices {
-			if i == maxUblkDevices {
-				devs = append(devs, fmt.Sprintf("... and %d more", len(a.Devices)-i))
-				break
-			}
-			devs = append(devs, fmt.Sprintf("ublkb%d %s", d.ID, printable(string(d.Verdict))))
-		}
-		if len(devs) > 0 {
-			line += ": " + strings.Join(devs, ", ")
-		}
-		fmt.Fprintf(w, "Devices      %s\n", line)
-		if a.Note != "" {
-			fmt.Fprintf(w, "             note: %s\n", printable(strings.ReplaceAll(a.Note, "\n", "; ")))
-		}
+		devs = append(devs, fmt.Sprintf("ublkb%d %s", d.ID, printable(string(d.Verdict))))
+	}
+	if len(devs) > 0 {
+		line += ": " + strings.Join(devs, ", ")
+	}
+	fmt.Fprintf(w, "Devices      %s\n", line)
+	if a.Note != "" {
+		fmt.Fprintf(w, "             note: %s\n", printable(strings.ReplaceAll(a.Note, "\n", "; ")))
 	}
 }
 

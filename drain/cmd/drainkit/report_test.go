@@ -712,3 +712,31 @@ func TestReportSaysTheUblkVerdictAndNote(t *testing.T) {
 	assert.Contains(t, out, "\nDevices      ublk teardown: stopped cleanly, 2 devices (kernel 6.18.44-fc-v1045, vulnerable): ublkb0 stopped cleanly, ublkb1 stopped cleanly\n",
 		"a Report of an earlier version, its verdicts as it wrote them")
 }
+
+// Fault: a supervisor's report whose server exited on its own has no drain,
+// and its daemon teardown's account in its "ublk" member; report read the
+// drain and the sandboxes lost with the server alone. With sandboxes lost,
+// it listed them and said nothing of the devices; with none, it refused the
+// file as "a supervisor report without a drain", exit 2, as one it could
+// not read: an operator reading it after a crash saw nothing of a device
+// left live. Both now say the teardown's verdict, kernel, devices and note,
+// as a drain's ublk step is said, exit 1 (no drain ran as planned).
+func TestReportOfASupervisorWithNoDrainSaysItsUblkTeardown(t *testing.T) {
+	const note = "the server exited on its own before termination (exited 0); daemon step timed_out: ublk: 1 device(s) still live"
+	const ublkNote = "the daemon did not exit: left running, its device live\nsecond line"
+	ublkJSON := `"ublk": {"kernel": "6.8.0-31-generic", "kernel_class": "vulnerable", "verdict": "left_live", "note": "` +
+		strings.ReplaceAll(ublkNote, "\n", `\n`) + `", "devices": [{"id": 0, "verdict": "left_live"}]}`
+	devices := "Devices      ublk teardown: left_live, 1 device (kernel 6.8.0-31-generic, vulnerable): ublkb0 left_live\n" +
+		"             note: the daemon did not exit: left running, its device live; second line\n"
+	path := filepath.Join(t.TempDir(), "report.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"server": {"pid": 7, "exited": true}, "orphans_reaped": 0, "exit_code": 1, "note": "`+note+`", `+ublkJSON+`}`), 0o600))
+	code, out, errw := drainkit(t, "report", path)
+	require.Equal(t, exitNoFit, code, "%s%s", out, errw)
+	assert.Empty(t, errw)
+	assert.Equal(t, "Supervisor   exit code 1, no drain report: "+note+"\n"+devices, out)
+
+	require.NoError(t, os.WriteFile(path, []byte(`{"server": {"pid": 7, "exited": true}, "lost_with_server": ["sb-a"], "orphans_reaped": 0, "exit_code": 1, "note": "`+note+`", `+ublkJSON+`}`), 0o600))
+	code, out, errw = drainkit(t, "report", path)
+	require.Equal(t, exitNoFit, code, "%s%s", out, errw)
+	assert.Equal(t, "Supervisor   exit code 1, no drain report: "+note+"\n"+devices+"\nLost with the server (1)\n  sb-a\n", out)
+}
