@@ -24,12 +24,16 @@ type fakeKernel struct {
 	// unknown is its answer to a number it does not take: ENODEV for
 	// 6.0 and 6.1 to 6.1.42 (whatever the device), ENOTSUPP (524) or
 	// EOPNOTSUPP after its look for the device (6.1.43 to 6.3, 6.4 on).
-	unknown    unix.Errno
-	lookFirst  bool       // ENODEV for an absent device before the number is read (6.1.43 on)
-	dev        int        // its one device's ID
-	stopped    bool       // STOP_DEV reached that device
-	hangStop   bool       // STOP_DEV never answers (a hung daemon holds I/O)
-	allAnswers unix.Errno // when set, the answer to every command (EPERM: not CAP_SYS_ADMIN)
+	unknown   unix.Errno
+	lookFirst bool // ENODEV for an absent device before the number is read (6.1.43 on)
+	// checkOpFirst: a plain number it does not take is refused before the
+	// look-up (6.4 on built without legacy opcodes: ublk_check_cmd_op).
+	checkOpFirst bool
+	dev          int        // its one device's ID
+	stopped      bool       // STOP_DEV reached that device
+	hangStop     bool       // STOP_DEV never answers (a hung daemon holds I/O)
+	noProbe      bool       // the Control's probe (dev_id U32_MAX) gets no answer
+	allAnswers   unix.Errno // when set, the answer to every command (EPERM: not CAP_SYS_ADMIN)
 	// unprivileged: its device was added with UBLK_F_UNPRIVILEGED_DEV, so
 	// a command for it that does not name its char device (dev_path_len
 	// 0) gets EINVAL, and one naming another node EPERM
@@ -39,7 +43,15 @@ type fakeKernel struct {
 	// kernel has just answered EINVAL for (6.0 and 6.1 to 6.1.42: no such
 	// device), between that answer and the next command.
 	addAfterEINVAL bool
+	// addAfterENODEV: another server adds a device under the ID the kernel
+	// has just answered ENODEV for (6.1.43 on: no such device), between
+	// that answer and the next command; the kernel gives a free ID to the
+	// next ADD_DEV, the lowest first.
+	addAfterENODEV bool
+	stoppedID      int // the device STOP_DEV reached, when stopped
+	deleted        []int
 	sent           []uint32
+	ids            []int    // the device each command named
 	paths          []string // the char device each command named ("" for none)
 }
 
@@ -47,11 +59,20 @@ type fakeKernel struct {
 func (k *fakeKernel) control() *Control {
 	c := &Control{pending: map[uint64][]byte{}}
 	c.send = func(ctx context.Context, op uint32, id int, buf []byte, charDev string) (int32, error) {
-		k.sent, k.paths = append(k.sent, op), append(k.paths, charDev)
+		k.sent, k.ids, k.paths = append(k.sent, op), append(k.ids, id), append(k.paths, charDev)
 		if k.allAnswers != 0 {
 			return -int32(k.allAnswers), nil
 		}
+		if k.noProbe && id == probeDevID {
+			return 0, context.DeadlineExceeded
+		}
+		if k.checkOpFirst && op <= 0xff && !k.plain {
+			return -int32(k.unknown), nil
+		}
 		if k.lookFirst && id != k.dev {
+			if k.addAfterENODEV && id < MaxDevices {
+				k.dev, k.addAfterENODEV = id, false
+			}
 			return -int32(unix.ENODEV), nil
 		}
 		if op > 0xff && !k.encoded || op <= 0xff && !k.plain {
@@ -61,7 +82,7 @@ func (k *fakeKernel) control() *Control {
 			if plainOp(op) == plainOp(cmdDelDev) {
 				return -int32(unix.ENODEV), nil
 			}
-			if k.addAfterEINVAL {
+			if k.addAfterEINVAL && id < MaxDevices { // U32_MAX is "any free ID" to ADD_DEV: no device has it
 				k.dev = id
 			}
 			return -int32(unix.EINVAL), nil
@@ -75,8 +96,11 @@ func (k *fakeKernel) control() *Control {
 		if plainOp(op) == plainOp(cmdGetDevInfo) {
 			k.answerDevInfo(buf, charDev)
 		}
+		if plainOp(op) == plainOp(cmdDelDev) {
+			k.deleted = append(k.deleted, id)
+		}
 		if plainOp(op) == plainOp(cmdStopDev) {
-			k.stopped = true
+			k.stopped, k.stoppedID = true, id
 			if k.hangStop {
 				<-ctx.Done()
 				return 0, ctx.Err()
@@ -111,21 +135,29 @@ func (k *fakeKernel) answerDevInfo(buf []byte, charDev string) {
 // refusal and the plain ones alone from then on. Before, every command
 // failed there, and on 6.0 and 6.1 to 6.1.42, whose refusal is ENODEV,
 // STOP_DEV and DEL_DEV took it for "no such device": done, the device
-// live.
+// live. An ENODEV is told from a device that does not exist by a probe
+// first (GET_DEV_INFO 0x02 for dev_id U32_MAX, which no device has).
 func TestControlSpeaksThePlainNumbersToAKernelBefore64(t *testing.T) {
-	for name, k := range map[string]*fakeKernel{
-		"6.0 to 6.1.42: ENODEV":                         {plain: true, unknown: unix.ENODEV, dev: 3},
-		"6.1.43 to 6.3: ENOTSUPP":                       {plain: true, unknown: errnoENOTSUPP, lookFirst: true, dev: 3},
-		"6.1.43 to 6.3 with the stable fix: EOPNOTSUPP": {plain: true, unknown: unix.EOPNOTSUPP, lookFirst: true, dev: 3},
+	for name, tc := range map[string]struct {
+		k    *fakeKernel
+		sent []uint32
+	}{
+		"6.0 to 6.1.42: ENODEV": {&fakeKernel{plain: true, unknown: unix.ENODEV, dev: 3},
+			[]uint32{cmdGetDevInfo, 0x02, 0x02, 0x07, 0x05}},
+		"6.1.43 to 6.3: ENOTSUPP": {&fakeKernel{plain: true, unknown: errnoENOTSUPP, lookFirst: true, dev: 3},
+			[]uint32{cmdGetDevInfo, 0x02, 0x07, 0x05}},
+		"6.1.43 to 6.3 with the stable fix: EOPNOTSUPP": {&fakeKernel{plain: true, unknown: unix.EOPNOTSUPP, lookFirst: true, dev: 3},
+			[]uint32{cmdGetDevInfo, 0x02, 0x07, 0x05}},
 	} {
 		t.Run(name, func(t *testing.T) {
+			k := tc.k
 			c, ctx := k.control(), t.Context()
 			_, err := c.DevInfo(ctx, 3)
 			require.NoError(t, err)
 			require.NoError(t, c.StopDev(ctx, 3))
 			assert.True(t, k.stopped, "STOP_DEV reached the device")
 			require.NoError(t, c.DelDev(ctx, 3))
-			assert.Equal(t, []uint32{cmdGetDevInfo, 0x02, 0x07, 0x05}, k.sent, "one refusal, then the plain numbers alone")
+			assert.Equal(t, tc.sent, k.sent, "one refusal (and the ENODEV's probe), then the plain numbers alone")
 		})
 	}
 }
@@ -171,16 +203,17 @@ func TestControlRetriesOnlyARefusedNumber(t *testing.T) {
 }
 
 // ENODEV to the first encoded number may be 6.0's refusal or a device
-// that does not exist: the plain number tells. Refused too (6.4 on
-// built without legacy opcodes), it was the device's, and the encoded
-// numbers are the kernel's.
+// that does not exist: the probe's plain number tells. Refused (6.4 on
+// built without legacy opcodes), the ENODEV was the device's, and the
+// encoded numbers are the kernel's.
 func TestControlTellsAnAbsentDeviceFromARefusal(t *testing.T) {
-	k := &fakeKernel{encoded: true, unknown: unix.EOPNOTSUPP, lookFirst: true, dev: 3}
+	k := &fakeKernel{encoded: true, unknown: unix.EOPNOTSUPP, lookFirst: true, checkOpFirst: true, dev: 3}
 	c := k.control()
 	require.NoError(t, c.StopDev(t.Context(), 9), "no device 9")
 	require.NoError(t, c.StopDev(t.Context(), 3))
 	assert.True(t, k.stopped)
-	assert.Equal(t, []uint32{cmdStopDev, 0x07, cmdStopDev}, k.sent)
+	assert.Equal(t, []uint32{cmdStopDev, 0x02, cmdStopDev}, k.sent)
+	assert.Equal(t, []int{9, probeDevID, 3}, k.ids)
 }
 
 // A kernel that refuses both encodings (no ublk driver behind the file)
@@ -245,21 +278,35 @@ func TestCommandsToAnUnprivilegedDeviceNameItsCharDevice(t *testing.T) {
 // dev_id and UBLK_F_UNPRIVILEGED_DEV). Before, STOP_DEV, sent again,
 // stopped the other server's new device, and GET_DEV_INFO returned, as
 // the device's, the tail of an answer written over the path (dev_id 0).
+//
+// Where the probe tells the kernel (rows 2522, 2523), such an EINVAL is a
+// device gone, and nothing is sent again; the guard stands where it does
+// not (the probe unanswered).
 func TestAResendNamingTheCharDeviceReachesOnlyAnUnprivilegedDevice(t *testing.T) {
-	k := &fakeKernel{plain: true, unknown: unix.ENODEV, dev: -1, addAfterEINVAL: true}
+	k := &fakeKernel{plain: true, unknown: unix.ENODEV, dev: -1, addAfterEINVAL: true, noProbe: true}
 	c := k.control()
+	c.UsePlainNumbers()
 	c.charDir = "/dev"
-	// No device 3 when STOP_DEV came: done there (row 2420), and not sent again.
-	require.NoError(t, c.StopDev(t.Context(), 3))
+	err := c.StopDev(t.Context(), 3)
+	require.ErrorIs(t, err, unix.EINVAL, "no device 3 when STOP_DEV came, the kernel not told")
 	assert.False(t, k.stopped, "the device added under ID 3 since is not stopped")
-	assert.Equal(t, []uint32{cmdStopDev, 0x07, 0x02}, k.sent, "GET_DEV_INFO naming the path asked first")
+	assert.Equal(t, []uint32{0x07, 0x02, 0x02}, k.sent, "the probe, then GET_DEV_INFO naming the path asked first")
+	assert.Equal(t, []string{"", "", "/dev/ublkc3"}, k.paths)
+
+	k = &fakeKernel{plain: true, unknown: unix.ENODEV, dev: -1, addAfterEINVAL: true, noProbe: true}
+	c = k.control()
+	c.UsePlainNumbers()
+	c.charDir = "/dev"
+	_, err = c.DevInfo(t.Context(), 3)
+	require.ErrorIs(t, err, unix.EINVAL, "no device 3 when GET_DEV_INFO came")
+	assert.ErrorContains(t, err, "not an unprivileged device's")
 
 	k = &fakeKernel{plain: true, unknown: unix.ENODEV, dev: -1, addAfterEINVAL: true}
 	c = k.control()
 	c.charDir = "/dev"
-	_, err := c.DevInfo(t.Context(), 3)
-	require.ErrorIs(t, err, unix.EINVAL, "no device 3 when GET_DEV_INFO came")
-	assert.ErrorContains(t, err, "not an unprivileged device's")
+	require.NoError(t, c.StopDev(t.Context(), 3), "the probe told 6.0's EINVAL: no device 3, done")
+	assert.False(t, k.stopped, "the device added under ID 3 since is not stopped")
+	assert.Equal(t, []uint32{cmdStopDev, 0x02, 0x07}, k.sent, "nothing sent again")
 }
 
 // withoutCapSysAdmin runs f on a thread whose effective capabilities lack
@@ -312,8 +359,8 @@ func TestStopOfAGoneDeviceIsDoneOnAKernelThatAnswersEINVAL(t *testing.T) {
 	c.charDir = "/dev"
 	require.NoError(t, c.StopDev(t.Context(), 3), "device 3 there: stopped")
 	require.NoError(t, c.StopDev(t.Context(), 4), "no device 4 when STOP_DEV came: done, as an ENODEV")
-	assert.Equal(t, []uint32{cmdStopDev, 0x07, 0x07, 0x02}, k.sent,
-		"one refusal, then the plain numbers; the EINVAL's GET_DEV_INFO naming the path, a device 4 not sent STOP_DEV again")
+	assert.Equal(t, []uint32{cmdStopDev, 0x02, 0x07, 0x07}, k.sent,
+		"one refusal and its probe, then the plain numbers; a device 4 not sent STOP_DEV again")
 
 	k = &fakeKernel{plain: true, unknown: unix.ENODEV, dev: -1}
 	c = k.control()
@@ -325,4 +372,104 @@ func TestStopOfAGoneDeviceIsDoneOnAKernelThatAnswersEINVAL(t *testing.T) {
 	c.charDir = "/elsewhere"
 	require.NoError(t, c.StopDev(t.Context(), 9), "no device 9: ENODEV")
 	require.Error(t, c.StopDev(t.Context(), 3), "a kernel that answers ENODEV for a device gone: its EINVAL is not done")
+}
+
+// On 6.4 on, an ioctl-encoded number answered ENODEV names a device that
+// does not exist, as on every kernel from 6.1.43; only 6.0 and 6.1 to
+// 6.1.42 answer ENODEV to a number they do not know, whatever the device.
+// The Control told the two by sending the command again with its plain
+// number, and another server adds a device under the freed ID (the
+// kernel gives the lowest free ID to the next ADD_DEV) between the two
+// sends. Before, the plain DEL_DEV deleted that new device, another
+// server's disk (a plain STOP_DEV stopped it), and its answer made the
+// Control take the kernel for 6.0's for its life: the plain numbers
+// alone, and a STOP_DEV answered EINVAL counted done. Now a probe no device can change tells the two
+// (GET_DEV_INFO for dev_id U32_MAX: EINVAL from 6.0's handlers, ENODEV
+// from a kernel that looks the device up first), and the command is not
+// sent again.
+//
+//	DEL_DEV 0xc0207505 dev 3 ── ENODEV (device 3 deleted by its daemon)
+//	                    another server's ADD_DEV gets ID 3
+//	before: DEL_DEV 0x05 dev 3 ── deletes the new device 3
+//	after:  GET_DEV_INFO 0x02 dev U32_MAX ── ENODEV: the first ENODEV was device 3's, done
+func TestAnENODEVIsToldFromARefusalWithoutSendingTheCommandAgain(t *testing.T) {
+	k := &fakeKernel{plain: true, encoded: true, unknown: unix.EOPNOTSUPP, lookFirst: true, dev: -1, addAfterENODEV: true} // 6.4 on
+	c := k.control()
+	require.NoError(t, c.DelDev(t.Context(), 3), "no device 3 when DEL_DEV came: done")
+	assert.Empty(t, k.deleted, "the device another server added under ID 3 since is not deleted")
+	assert.Equal(t, []uint32{cmdDelDev, 0x02}, k.sent)
+	assert.Equal(t, []int{3, 0xffffffff}, k.ids, "the probe names no device any kernel can have")
+
+	k = &fakeKernel{plain: true, encoded: true, unknown: unix.EOPNOTSUPP, lookFirst: true, dev: -1, addAfterENODEV: true}
+	c = k.control()
+	require.NoError(t, c.StopDev(t.Context(), 3))
+	assert.False(t, k.stopped, "the new device 3 is not stopped")
+	_, err := c.DevInfo(t.Context(), 3)
+	require.NoError(t, err)
+	assert.Equal(t, []uint32{cmdStopDev, 0x02, cmdGetDevInfo}, k.sent, "the kernel not taken for one before 6.4: its encoded numbers sent")
+}
+
+// 6.0 and 6.1 to 6.1.42 answer GET_DEV_INFO, as STOP_DEV, for a device
+// that does not exist EINVAL (their ublk_ctrl_get_dev_info looked the
+// device up itself: `if (!ub) return -EINVAL`, until bfbcef036396 moved
+// the look-up before the command, ENODEV), and know no
+// UBLK_F_UNPRIVILEGED_DEV. On such a kernel a device that went before the
+// fallback read it is now gone, ENODEV, as a later kernel answers, and no
+// command is sent again naming /dev/ublkcN. Before, "invalid argument
+// (the answer naming /dev/ublkc4: … not an unprivileged device's answer)",
+// after one GET_DEV_INFO more naming the path.
+func TestDevInfoOfAGoneDeviceIsGoneOnAKernelThatAnswersEINVAL(t *testing.T) {
+	k := &fakeKernel{plain: true, unknown: unix.ENODEV, dev: 3}
+	c := k.control()
+	c.charDir = "/dev"
+	_, err := c.DevInfo(t.Context(), 3)
+	require.NoError(t, err, "device 3 there")
+	_, err = c.DevInfo(t.Context(), 4)
+	require.ErrorIs(t, err, unix.ENODEV, "no device 4: gone")
+	assert.NotErrorIs(t, err, unix.EINVAL)
+	assert.ErrorContains(t, err, "ublk: GET_DEV_INFO dev 4 (plain 0x02): no such device")
+	assert.Equal(t, []string{"", "", "", ""}, k.paths, "no command named a char device")
+
+	k = &fakeKernel{plain: true, encoded: true, lookFirst: true, dev: 3, unprivileged: true} // 6.5 on
+	c = k.control()
+	c.charDir = "/elsewhere"
+	_, err = c.DevInfo(t.Context(), 3)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, unix.ENODEV, "a kernel of 6.5 on: its EINVAL is no device gone")
+}
+
+// KernelAge names what the probe told of each kernel's driver, and the
+// probe is sent once per Control.
+func TestKernelAgeNamesWhatTheProbeTold(t *testing.T) {
+	for want, k := range map[string]*fakeKernel{
+		"6.0 or 6.1 to 6.1.42":          {plain: true, unknown: unix.ENODEV, dev: 3},
+		"6.1.43 on":                     {plain: true, encoded: true, unknown: unix.EOPNOTSUPP, lookFirst: true, dev: 3},
+		"6.4 on without legacy opcodes": {encoded: true, unknown: unix.EOPNOTSUPP, lookFirst: true, checkOpFirst: true, dev: 3},
+	} {
+		c := k.control()
+		for range 2 {
+			age, err := c.KernelAge(t.Context())
+			require.NoError(t, err)
+			assert.Equal(t, want, age)
+		}
+		assert.Equal(t, []int{probeDevID}, k.ids, want)
+	}
+	_, err := (&fakeKernel{noProbe: true}).control().KernelAge(t.Context())
+	assert.ErrorContains(t, err, "ublk: probe GET_DEV_INFO (plain 0x02) dev 0xffffffff: context deadline exceeded")
+}
+
+// An ENODEV to an encoded number whose probe got no answer is not told
+// from 6.0's refusal of the number, whatever the device: not a device
+// that does not exist, so STOP_DEV and DEL_DEV are not done on it, and
+// the error says why; the command is not sent again.
+func TestAnENODEVTheProbeDidNotTellIsNoDeviceGone(t *testing.T) {
+	k := &fakeKernel{plain: true, unknown: unix.ENODEV, dev: 3, noProbe: true} // 6.0: device 3 live
+	c := k.control()
+	err := c.StopDev(t.Context(), 3)
+	require.Error(t, err, "not done: device 3 may be live")
+	assert.NotErrorIs(t, err, unix.ENODEV)
+	assert.ErrorContains(t, err, "ublk: STOP_DEV dev 3: no such device; whether that was the device's, or a refusal of the number by a kernel before 6.1.43, not told: "+
+		"probe GET_DEV_INFO (plain 0x02) dev 0xffffffff: context deadline exceeded")
+	assert.False(t, k.stopped)
+	assert.Equal(t, []uint32{cmdStopDev, 0x02}, k.sent)
 }

@@ -34,20 +34,30 @@ import (
 // 6.2, 6.3), EOPNOTSUPP (such a kernel carrying 34c1227035b3, 6.13's fix),
 // or ENODEV (6.0 and 6.1 to 6.1.42, the answer those give a device that
 // does not exist too).
-// The same command then goes once more with its plain number. The
-// Control keeps to one encoding for the rest of its life once the kernel
-// has shown which it takes: the encoded one when one got an answer of the
-// command's own (success, or an error other than ENODEV, EPERM and an
-// unknown command's), or when a plain number was refused after the
-// encoded one's ENODEV (6.4 on without legacy opcodes: the ENODEV was the
-// device's); the plain one when an encoded number was refused as unknown
-// and the plain one was not, or got an answer of its own after the
-// encoded one's ENODEV. So an older kernel costs one refusal per Control,
-// not one per command, and a command the kernel took and did not answer
-// (STOP_DEV under a hung daemon) is never sent again. EPERM and a
-// command's own errors are not retried, nor ENODEV once the encoded
-// numbers are known. Errors name the plain number when that answered,
-// and both numbers and answers when both were refused.
+// The same command then goes once more with its plain number, after an
+// ENODEV only once a probe no device can change said the kernel is one
+// of 6.0 and 6.1 to 6.1.42 (see probeAge): on a later one the ENODEV was
+// the device's, and the command is not sent again. The Control keeps to
+// one encoding for the rest of its life once the kernel has shown which
+// it takes: the encoded one when one got an answer of the command's own
+// (success, or an error other than ENODEV, EPERM and an unknown
+// command's), or when the probe's plain number was refused (6.4 on
+// without legacy opcodes); the plain one when an encoded number was
+// refused as unknown and the plain one was not, or the probe told a
+// kernel of 6.0 and 6.1 to 6.1.42. So an older kernel costs one refusal
+// (and one probe) per Control, not one per command, and a command the
+// kernel took and did not answer (STOP_DEV under a hung daemon) is never
+// sent again. EPERM and a command's own errors are not retried, nor
+// ENODEV once the encoded numbers are known. Errors name the plain number
+// when that answered, and both numbers and answers when both were
+// refused.
+//
+// 6.0 and 6.1 to 6.1.42 answer GET_DEV_INFO and STOP_DEV for a device
+// that does not exist EINVAL (their handlers looked the device up
+// themselves: `if (!ub) return -EINVAL`, until bfbcef036396 moved the
+// look-up before the command, ENODEV, in 6.2 and 6.1.43). On a kernel
+// the probe told as one of those, a plain command's EINVAL is such a
+// device, and reads as a later kernel's answer: ENODEV.
 //
 // A device added with UBLK_F_UNPRIVILEGED_DEV (a user's server, 6.5 on)
 // takes a command only when it names the device's char device: its path
@@ -80,11 +90,7 @@ type Control struct {
 	seq     uint64
 	pending map[uint64][]byte // buffers the kernel may still write
 	enc     encoding          // the numbers the kernel was seen to take
-	// goneIsEINVAL: the kernel is one of 6.0 and 6.1 to 6.1.42, which
-	// answer STOP_DEV for a device that does not exist EINVAL (see
-	// StopDev), known by its ENODEV to an ioctl-encoded number whose plain
-	// one got an answer of the command's own.
-	goneIsEINVAL bool
+	age     kernelAge         // what probeAge told of the kernel, once it told
 }
 
 // Open opens the ublk control device at path (DefaultPath
@@ -121,7 +127,9 @@ func (c *Control) UsePlainNumbers() {
 	c.enc = encPlain
 }
 
-// DevInfo sends GET_DEV_INFO for device id.
+// DevInfo sends GET_DEV_INFO for device id. Its error for a device that
+// does not exist wraps ENODEV, on 6.0 and 6.1 to 6.1.42 too, whose EINVAL
+// for one reads so (see Control).
 func (c *Control) DevInfo(ctx context.Context, id int) (DevInfo, error) {
 	buf := make([]byte, devInfoSize)
 	if err := c.do(ctx, cmdGetDevInfo, id, buf); err != nil {
@@ -131,27 +139,15 @@ func (c *Control) DevInfo(ctx context.Context, id int) (DevInfo, error) {
 }
 
 // StopDev sends STOP_DEV for device id; a device that does not exist
-// counts as done: ENODEV, or EINVAL from 6.0 and 6.1 to 6.1.42, whose
-// ublk_ctrl_stop_dev looked the device up itself and answered EINVAL for
-// none (6.1.43 and 6.2 on look it up before the command, ENODEV). There
-// STOP_DEV has no EINVAL of its own: the driver knows no
-// UBLK_F_UNPRIVILEGED_DEV and its control commands all go as SQE128.
-// A device added under the ID since that EINVAL is another server's, and
-// is not sent the command again (see Control).
+// (ENODEV, or the EINVAL of 6.0 and 6.1 to 6.1.42: see Control) counts as
+// done. A device added under the ID since is another server's, and is
+// not sent the command again.
 func (c *Control) StopDev(ctx context.Context, id int) error {
 	err := c.do(ctx, cmdStopDev, id, nil)
-	if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.EINVAL) && c.answersGoneEINVAL() {
+	if errors.Is(err, unix.ENODEV) {
 		return nil
 	}
 	return err
-}
-
-// answersGoneEINVAL reports whether the kernel was seen to be one whose
-// STOP_DEV answers EINVAL for a device that does not exist.
-func (c *Control) answersGoneEINVAL() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.goneIsEINVAL
 }
 
 // DelDev sends DEL_DEV for device id; ENODEV counts as done and EINTR is
@@ -193,27 +189,115 @@ func (c *Control) do(ctx context.Context, op uint32, id int, buf []byte) error {
 	if c.enc == encIoctl || !refusedEncoded(answer) {
 		return err
 	}
+	if errors.Is(answer, unix.ENODEV) {
+		// 6.0's refusal of a number it does not know, or no device with
+		// the ID: the probe tells, where the plain command itself went to
+		// whatever device had the ID by then (another server's, added
+		// since: the kernel gives the lowest free ID to the next ADD_DEV).
+		age, perr := c.probeAge(ctx)
+		switch {
+		case perr != nil:
+			return fmt.Errorf("%w; whether that was the device's, or a refusal of the number by a kernel before 6.1.43, not told: %w",
+				noLongerENODEV(err), perr)
+		case age == agePlainRefused:
+			c.enc = encIoctl
+			return err
+		case age != ageHandlersLookUp:
+			return err // the device's: no device has the ID
+		}
+		c.enc = encPlain
+	}
 	plainAnswer, plainErr := c.try(ctx, plainOp(op), op, id, buf)
 	switch {
-	case unknownCommand(plainAnswer) && errors.Is(answer, unix.ENODEV):
-		// The plain number is refused (6.4 on without legacy opcodes):
-		// the encoded one was taken, and no device has the ID.
-		c.enc = encIoctl
-		return err
 	case unknownCommand(plainAnswer):
 		return fmt.Errorf("ublk: %s dev %d: refused as an unknown command in both encodings: ioctl %#x: %w; plain 0x%02x: %w",
 			cmdName(op), id, op, answer, plainOp(op), plainAnswer)
 	case unknownCommand(answer) || ownAnswer(plainAnswer):
 		c.enc = encPlain
-		// Only 6.0 and 6.1 to 6.1.42 refuse a number they do not know
-		// with ENODEV whatever the device (later ones look the device up
-		// first, then refuse the number ENOTSUPP or EOPNOTSUPP): its plain
-		// number answered, the ENODEV was such a refusal. (On 6.4 on, a
-		// device added under the ID between the two numbers would pass
-		// for one: a race of two sends, left.)
-		c.goneIsEINVAL = c.goneIsEINVAL || errors.Is(answer, unix.ENODEV) && ownAnswer(plainAnswer)
 	}
 	return plainErr
+}
+
+// kernelAge is what probeAge told of the kernel's ublk driver.
+type kernelAge uint8
+
+const (
+	ageUnknown        kernelAge = iota // not probed, or not told
+	ageHandlersLookUp                  // 6.0 and 6.1 to 6.1.42: each handler looks the device up, EINVAL for none
+	ageLooksUpFirst                    // 6.1.43 on: the device is looked up before the command, ENODEV for none
+	agePlainRefused                    // 6.4 on built without CONFIG_BLKDEV_UBLK_LEGACY_OPCODES
+)
+
+// probeDevID is a dev_id no device has on any kernel: ADD_DEV takes
+// U32_MAX for "any free ID", and the driver's look-up
+// (ublk_get_device_from_id, whose idx is an int) finds no device for -1.
+const probeDevID = 0xffffffff
+
+// probeAge tells the kernel's age by one command whose answer no device
+// can change (the caller holds c.mu): GET_DEV_INFO, plain, for
+// probeDevID. 6.0 and 6.1 to 6.1.42 answer it EINVAL (their
+// ublk_ctrl_get_dev_info's own look-up); 6.1.43 on ENODEV (the look-up
+// before the command); 6.4 on built without legacy opcodes refuse the
+// plain number (EOPNOTSUPP, or ENOTSUPP). The answer is kept: the kernel
+// is probed once. Any other answer, or none, tells nothing (its error).
+func (c *Control) probeAge(ctx context.Context) (kernelAge, error) {
+	if c.age != ageUnknown {
+		return c.age, nil
+	}
+	res, err := c.send(ctx, plainOp(cmdGetDevInfo), probeDevID, make([]byte, devInfoSize), "")
+	answer := unix.Errno(-res)
+	switch {
+	case err != nil:
+		return ageUnknown, fmt.Errorf("probe GET_DEV_INFO (plain 0x%02x) dev %#x: %w", plainOp(cmdGetDevInfo), probeDevID, err)
+	case answer == unix.EINVAL:
+		c.age = ageHandlersLookUp
+	case answer == unix.ENODEV:
+		c.age = ageLooksUpFirst
+	case res < 0 && unknownCommand(answer):
+		c.age = agePlainRefused
+	default:
+		return ageUnknown, fmt.Errorf("probe GET_DEV_INFO (plain 0x%02x) dev %#x: answered %d, which no kernel gives", plainOp(cmdGetDevInfo), probeDevID, res)
+	}
+	return c.age, nil
+}
+
+// KernelAge says what the probe tells of the kernel's ublk driver (see
+// probeAge; the answer kept from an earlier command's if there was one):
+// "6.0 or 6.1 to 6.1.42" (each handler looks the device up: EINVAL for
+// none), "6.1.43 on" (the look-up before the command: ENODEV), or "6.4 on
+// without legacy opcodes" (the plain numbers refused); its error when the
+// probe told nothing.
+func (c *Control) KernelAge(ctx context.Context) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.send == nil {
+		return "", errors.New("ublk: control closed")
+	}
+	age, err := c.probeAge(ctx)
+	if err != nil {
+		return "", fmt.Errorf("ublk: %w", err)
+	}
+	return age.String(), nil
+}
+
+// String names the kernels of age a.
+func (a kernelAge) String() string {
+	switch a {
+	case ageHandlersLookUp:
+		return "6.0 or 6.1 to 6.1.42"
+	case ageLooksUpFirst:
+		return "6.1.43 on"
+	case agePlainRefused:
+		return "6.4 on without legacy opcodes"
+	}
+	return "unknown"
+}
+
+// noLongerENODEV is err, an ENODEV's error, with the errno kept as text
+// only: an ENODEV not told from 6.0's refusal of the number must not
+// count as a device that does not exist (STOP_DEV and DEL_DEV done).
+func noLongerENODEV(err error) error {
+	return errors.New(err.Error())
 }
 
 // try sends op (the command cmd, in one of its encodings) and returns
@@ -226,8 +310,14 @@ func (c *Control) try(ctx context.Context, op, cmd uint32, id int, buf []byte) (
 		what += fmt.Sprintf(" (plain 0x%02x)", op)
 	}
 	res, err := c.send(ctx, op, id, buf, "")
-	if err == nil && res == -int32(unix.EINVAL) && c.charDir != "" {
-		return c.tryNamingCharDev(ctx, op, what, id, buf)
+	if err == nil && res == -int32(unix.EINVAL) {
+		if op == plainOp(op) && c.gonesAreEINVAL(ctx) {
+			return unix.ENODEV, fmt.Errorf("%s: %w (the kernel's EINVAL, its answer for a device that does not exist: 6.0 and 6.1 to 6.1.42)",
+				what, unix.ENODEV)
+		}
+		if c.charDir != "" {
+			return c.tryNamingCharDev(ctx, op, what, id, buf)
+		}
 	}
 	if err != nil {
 		return errNoAnswer, fmt.Errorf("%s: %w", what, err)
@@ -239,6 +329,20 @@ func (c *Control) try(ctx context.Context, op, cmd uint32, id int, buf []byte) (
 		return unix.EPERM, fmt.Errorf("%s: %w: %s", what, unix.EPERM, lacksCapSysAdmin)
 	}
 	return unix.Errno(-res), fmt.Errorf("%s: %w", what, unix.Errno(-res))
+}
+
+// gonesAreEINVAL reports whether the kernel is one of 6.0 and 6.1 to
+// 6.1.42, whose GET_DEV_INFO and STOP_DEV answer EINVAL for a device that
+// does not exist (probeAge, asked now if it was not); a plain number's
+// EINVAL is the only one such a kernel gives (it knows no ioctl-encoded
+// number, nor UBLK_F_UNPRIVILEGED_DEV). Not told: false, the EINVAL an
+// error as on a later kernel.
+func (c *Control) gonesAreEINVAL(ctx context.Context) bool {
+	if c.enc == encIoctl {
+		return false // the kernel took an encoded number: 6.4 on
+	}
+	age, _ := c.probeAge(ctx)
+	return age == ageHandlersLookUp
 }
 
 // lacksCapSysAdmin ends the error of a command answered EPERM by a process

@@ -21,6 +21,9 @@ func Open(path string) (*Control, error) {
 // UsePlainNumbers does nothing on this system.
 func (c *Control) UsePlainNumbers() {}
 
+// KernelAge is not supported on this system.
+func (c *Control) KernelAge(context.Context) (string, error) { return "", errUnsupported }
+
 // DevInfo is not supported on this system.
 func (c *Control) DevInfo(context.Context, int) (DevInfo, error) { return DevInfo{}, errUnsupported }
 

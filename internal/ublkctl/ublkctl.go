@@ -137,7 +137,9 @@ func decodeDevInfo(b []byte) DevInfo {
 // Controller sends ublk control commands. *Control implements it over
 // /dev/ublk-control; tests supply their own (see internal/ublkhook).
 type Controller interface {
-	// DevInfo returns GET_DEV_INFO for device id.
+	// DevInfo returns GET_DEV_INFO for device id; for a device that does
+	// not exist, an error wrapping ENODEV (EINVAL from 6.0 and 6.1 to
+	// 6.1.42 reads so).
 	DevInfo(ctx context.Context, id int) (DevInfo, error)
 	// StopDev sends STOP_DEV: the kernel removes the disk and waits for
 	// the in-flight requests (which only live queues can complete), then
