@@ -33,7 +33,10 @@
 //
 // Guarantees: every request returns by its context's deadline, and by the
 // per-request timeout when one is set; over HTTP/2, a connection gone dead
-// silently fails its requests within 5 s (see Config.Client). An overloaded server (429, or 503
+// silently fails its requests within 5 s, and over HTTP/1 no pause is
+// sent on a connection kept open from an earlier request, which the
+// server's keep-alive timeout may be closing as it arrives (see
+// Config.Client). An overloaded server (429, or 503
 // with Retry-After) answering while other pauses were on the wire gets the
 // request again in the next free slot, no more at once than it handled;
 // answering the only one, its Retry-After is waited when it ends before

@@ -67,6 +67,30 @@ const (
 	h2PingTimeout = 3 * time.Second
 )
 
+// noKeptHTTP1 is the Source's own transport's MaxIdleConnsPerHost: below
+// zero, net/http keeps no HTTP/1 connection for a next request (its
+// tryPutIdleConn), so each request dials its own; an HTTP/2 connection,
+// pooled by its HTTP/2 transport, is still shared. A server closes a
+// kept-alive connection when its keep-alive timeout fires, and a pause
+// sent on it then is written into a connection the server no longer
+// reads: EOF or a reset, no answer, and nothing tells the client that the
+// server did not read it, so net/http does not send a POST again (only a
+// request of which no byte was written, or one marked idempotent), and
+// neither may the Source: the server may go on with a pause it read
+// (docs/faults.md row 2480). Of the other ways out, an Idempotency-Key
+// header makes net/http send the pause again after such an EOF, also to a
+// server that read it and then closed (a crash, a proxy's timeout), and
+// AgentENV's API says nothing of the header; httptrace's WroteRequest
+// fires for the pause the server never read as for one it did (the write
+// went into the socket buffer), so it cannot tell the two apart. A
+// connection of its own, which no keep-alive timeout closes before its
+// first request, costs a dial (on loopback 0.18 ms a request against 0.04
+// ms on a kept connection, at a load of 5 on 2 cores) against pauses of
+// milliseconds to minutes. HTTP/2 keeps its connection: a server
+// ends it with GOAWAY, which names the last stream it processed, and Go's
+// HTTP/2 transport sends the ones after it again on a new connection.
+const noKeptHTTP1 = -1
+
 // maxBody bounds how much of a response body is read: a 2xx answer longer
 // than this is a permanent error that says so.
 const maxBody = 32 << 20
@@ -90,9 +114,14 @@ type Config struct {
 	// it has read nothing from for 2 s and closes it when the PING is not
 	// answered within 3 s: the requests on a connection that went dead
 	// silently fail then, as having had no answer (transient), and the
-	// next request dials, where they waited to their contexts' end. A
-	// Client of your own that speaks HTTP/2 should set its Transport's
-	// HTTP2.SendPingTimeout.
+	// next request dials, where they waited to their contexts' end. Over
+	// HTTP/1 the Source's own client keeps no connection for a next
+	// request: each request dials its own, for a pause sent on a
+	// kept-alive connection as the server's keep-alive timeout closes it
+	// reaches a server that no longer reads it, and gets no answer that
+	// net/http may send again. A Client of your own that speaks HTTP/2
+	// should set its Transport's HTTP2.SendPingTimeout, and one that
+	// speaks HTTP/1 its Transport's MaxIdleConnsPerHost to -1.
 	Client *http.Client
 
 	// APIKey, when not empty, is sent in the header APIKeyHeader on every
@@ -515,6 +544,7 @@ func New(baseURL string, c Config) (*Source, error) {
 	if cfg.client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: h2PingAfter, PingTimeout: h2PingTimeout}
+		tr.MaxIdleConnsPerHost = noKeptHTTP1
 		cfg.client = &http.Client{Transport: tr, CheckRedirect: sameRequest}
 	}
 	if cfg.logger == nil {
