@@ -2,14 +2,14 @@ package httpsource
 
 import (
 	"maps"
-	"net"
 	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/keepaliveclose"
 )
 
 // Fault: the Source's own client kept its HTTP/1 connections open for the
@@ -36,7 +36,7 @@ import (
 // Now each pause goes on a connection of its own, which the server reads.
 func TestPauseIsNotSentOnAConnectionTheServerClosesAsItArrives(t *testing.T) {
 	f := newFakeServer(3)
-	url, dropped := f.startClosingKeptAlive(t)
+	url, ln := f.startClosingKeptAlive(t)
 	src, err := New(url, Config{})
 	require.NoError(t, err)
 	sbs, err := src.List(t.Context())
@@ -47,20 +47,19 @@ func TestPauseIsNotSentOnAConnectionTheServerClosesAsItArrives(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{sandboxID(0): 1, sandboxID(1): 1, sandboxID(2): 1}, f.pauseRequests(),
 		"each pause sent once, and read")
-	assert.Zero(t, dropped.Load(), "no request reached a connection as the server closed it")
+	assert.Zero(t, ln.Dropped(), "no request reached a connection as the server closed it")
 }
 
 // startClosingKeptAlive serves f on a loopback listener until the test
 // ends, as a server whose keep-alive timeout fires as the next request
-// arrives on a connection it has answered one on: it closes the connection
-// without reading that request, which dropped counts.
-func (f *fakeServer) startClosingKeptAlive(t *testing.T) (string, *atomic.Int64) {
+// arrives on a connection it has answered one on (keepaliveclose).
+func (f *fakeServer) startClosingKeptAlive(t *testing.T) (string, *keepaliveclose.Listener) {
 	srv := httptest.NewUnstartedServer(f.handler())
-	dropped := &atomic.Int64{}
-	srv.Listener = closingKeptAlive{Listener: srv.Listener, dropped: dropped}
+	ln := keepaliveclose.Wrap(srv.Listener)
+	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return srv.URL, dropped
+	return srv.URL, ln
 }
 
 // pauseRequests returns the pause requests f read, per sandbox.
@@ -68,44 +67,4 @@ func (f *fakeServer) pauseRequests() map[string]int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return maps.Clone(f.requests)
-}
-
-// closingKeptAlive is a listener whose connections close when a request
-// arrives after an answer was written on them (startClosingKeptAlive).
-type closingKeptAlive struct {
-	net.Listener
-	dropped *atomic.Int64
-}
-
-func (l closingKeptAlive) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &keptAliveConn{Conn: c, dropped: l.dropped}, nil
-}
-
-// keptAliveConn is one connection of closingKeptAlive.
-type keptAliveConn struct {
-	net.Conn
-	answered atomic.Bool
-	dropped  *atomic.Int64
-}
-
-func (c *keptAliveConn) Write(p []byte) (int, error) {
-	c.answered.Store(true)
-	return c.Conn.Write(p)
-}
-
-// Read hands the server what arrives until it has answered on the
-// connection; then a request that arrives is not handed on: the connection
-// closes, as its keep-alive timeout firing then closes it.
-func (c *keptAliveConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 && c.answered.Load() {
-		c.dropped.Add(1)
-		_ = c.Conn.Close()
-		return 0, net.ErrClosed
-	}
-	return n, err
 }
