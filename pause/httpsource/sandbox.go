@@ -83,6 +83,15 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		ans, err := s.do(rctx, "pause", s.cfg.pauseMethod, target)
 		status := ans.status
 		cancel()
+		if err != nil && ans.unsent {
+			// It never got a connection (one the client's MaxConnsPerHost
+			// held back, a dial refused or cut): no pause the server could
+			// go on with, and a gone answer next is not its failure's.
+			// Taken for no answer, a sandbox its user deleted meanwhile
+			// was counted lost (docs/faults.md row 2481).
+			s.lim.release(false, false)
+			return fmt.Errorf("httpsource: pause %s: not sent: %w", b.id, err)
+		}
 		if err != nil && status/100 == 2 {
 			// The status is the answer, whatever became of a body no pause
 			// reads: taken for no answer, a sandbox the server had paused
@@ -230,7 +239,8 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error, sent u
 	case se == nil:
 		// No answer: a connection failure, the pause timeout, or ctx
 		// ending (the drain's deadline, the Preserver's bound of the
-		// sandbox, Force) while the request was out. The server may go on
+		// sandbox, Force) once the request had its connection (preserve
+		// returned one that never got any: not sent). The server may go on
 		// with the pause, and a gone answer to a later one (the final
 		// sweep's) may be its failure's. Transient while ctx lasts; the
 		// Preserver reads ctx's end itself.

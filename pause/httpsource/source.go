@@ -12,6 +12,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
@@ -361,6 +362,7 @@ type config struct {
 	listTimeout   time.Duration // 0: the context alone
 	pauseTimeout  time.Duration
 	maxInFlight   int
+	connTraced    bool // the client's transport is net/http's, which says when a request gets its connection (connTracing)
 	logger        *slog.Logger
 	tp            trace.TracerProvider
 	mp            metric.MeterProvider
@@ -446,7 +448,14 @@ func (c Config) resolve() config {
 // exceeded" alone (errors.As does not find that answer: it is no answer to
 // this pause); after an earlier pause that got no answer either (the
 // preserve phase's, which the server may still be going on with, before
-// the final sweep's), it names the first such one.
+// the final sweep's), it names the first such one. A pause that failed
+// before its client got it a connection (a dial refused, a wait for one
+// under its Transport's MaxConnsPerHost that its context ended) was not
+// sent, and is none of these: its error says "not sent", and a gone
+// answer after it is the sandbox gone. That is known of net/http's own
+// transport (an *http.Transport, the Source's own client's), which says
+// when a request gets its connection; with another RoundTripper such a
+// pause counts as one that got no answer.
 //
 // A 2xx answer to a pause is the sandbox preserved, its body cut or not
 // (a pause reads none), except 202 Accepted,
@@ -547,6 +556,7 @@ func New(baseURL string, c Config) (*Source, error) {
 		tr.MaxIdleConnsPerHost = noKeptHTTP1
 		cfg.client = &http.Client{Transport: tr, CheckRedirect: sameRequest}
 	}
+	cfg.connTraced = connTracing(cfg.client)
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
@@ -1032,6 +1042,21 @@ func (s *Source) resolve(path string) string {
 	return strings.TrimSuffix(s.base.String(), "/") + path
 }
 
+// connTracing reports whether c's transport is net/http's own, an
+// *http.Transport, whose HTTP/1 and HTTP/2 paths both call httptrace's
+// GotConn for a request before they write any of it: a request that
+// failed without it never reached the server. Another RoundTripper (a
+// wrapper, an in-process one) may send a request without it, so there a
+// failure stays one the server may have had.
+func connTracing(c *http.Client) bool {
+	rt := c.Transport
+	if rt == nil {
+		rt = http.DefaultTransport // a program may have put a wrapper there
+	}
+	_, ok := rt.(*http.Transport)
+	return ok
+}
+
 // An answer is what do returns of a request's answer.
 type answer struct {
 	body   []byte      // a 2xx answer's
@@ -1042,6 +1067,9 @@ type answer struct {
 	// where it ends, so an empty one may be an answer cut before its
 	// first byte.
 	closeDelimited bool
+	// unsent says a request that got no answer never got a connection
+	// (connTracing): none of it reached the server.
+	unsent bool
 }
 
 // do sends one request and returns the body, header and status of a 2xx
@@ -1049,7 +1077,9 @@ type answer struct {
 // none came).
 func (s *Source) do(ctx context.Context, op, method, target string) (answer, error) {
 	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, method, target, nil)
+	var gotConn atomic.Bool
+	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) }})
+	req, err := http.NewRequestWithContext(tctx, method, target, nil)
 	if err != nil {
 		return answer{}, backoff.Permanent(fmt.Errorf("httpsource: %s: %w", op, err))
 	}
@@ -1072,14 +1102,19 @@ func (s *Source) do(ctx context.Context, op, method, target string) (answer, err
 			attribute.String(attrOperation, op), attribute.String("http.request.method", method), result}, errStatus...)...))
 	}()
 	if err != nil {
+		unsent := answer{unsent: s.cfg.connTraced && !gotConn.Load()}
 		if ctx.Err() != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, context.Cause(ctx))) {
 			// Cut short, not failed: the server may have the request and
 			// go on with it; the error says it never answered, and what
 			// ended it (a timeout of the Source's, the caller's cause,
-			// which the client returns in place of ctx.Err()).
-			return answer{}, fmt.Errorf("httpsource: %s: no answer before %s: %w", op, endedBy(ctx), err)
+			// which the client returns in place of ctx.Err()); or, with no
+			// connection got for it, that it was never sent.
+			if unsent.unsent {
+				return unsent, fmt.Errorf("httpsource: %s: no connection to the server before %s: %w", op, endedBy(ctx), err)
+			}
+			return unsent, fmt.Errorf("httpsource: %s: no answer before %s: %w", op, endedBy(ctx), err)
 		}
-		return answer{}, fmt.Errorf("httpsource: %s: %w", op, err) // transient: connection, timeout
+		return unsent, fmt.Errorf("httpsource: %s: %w", op, err) // transient: connection, timeout
 	}
 	defer resp.Body.Close()
 	result = attribute.Int("http.response.status_code", resp.StatusCode)
