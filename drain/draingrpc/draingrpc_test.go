@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -32,7 +34,33 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(listenEnv); spec != "" {
+		os.Exit(listenUntilStdinEnds(spec))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// listenEnv, set to a network and an address ("tcp 127.0.0.1:8443"), runs
+// the test binary as another process that listens there (see
+// listenInAnotherProcess).
+const listenEnv = "DRAINKIT_TEST_LISTEN"
+
+// listenUntilStdinEnds listens on spec's address, says so on stdout, and
+// keeps listening until its stdin ends; it returns the process's exit
+// code.
+func listenUntilStdinEnds(spec string) int {
+	network, addr, _ := strings.Cut(spec, " ")
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer ln.Close()
+	fmt.Println("listening")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
 
 // worker is a real gRPC service besides health: EmptyCall (unary) stands
 // for a create, FullDuplexCall (a stream that echoes until the client
@@ -92,6 +120,8 @@ type server struct {
 	// handshake. A connection only dialed may still wait in the accept
 	// queue, and GracefulStop then closes it unread.
 	reading chan net.Addr
+	closed  chan struct{}                           // closed when grpc closed its listener
+	dial    func(context.Context) (net.Conn, error) // how its client connects
 }
 
 // waitReading waits until the server began to read the connection from
@@ -109,6 +139,19 @@ func waitReading(t *testing.T, s *server, client net.Addr) {
 			t.Fatalf("the server never read the connection from %v", client)
 		}
 	}
+}
+
+// closeSignal is a listener that closes closed when it is closed.
+type closeSignal struct {
+	net.Listener
+	closed chan<- struct{}
+	once   *sync.Once
+}
+
+func (l closeSignal) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(func() { close(l.closed) })
+	return err
 }
 
 // readSignal is a listener whose connections send their remote address to
@@ -153,13 +196,33 @@ func serve(t *testing.T, g *drain.Gate, network string) *server {
 // serveWrapped is serve with the server's listener wrapped by wrap.
 func serveWrapped(t *testing.T, g *drain.Gate, network string, wrap func(net.Listener) net.Listener) *server {
 	t.Helper()
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = filepath.Join(t.TempDir(), "grpc.sock")
+	}
+	ln, err := net.Listen(network, addr)
+	require.NoError(t, err)
+	return serveOn(t, g, ln, wrap, dialing(ln.Addr()))
+}
+
+// dialing dials addr.
+func dialing(addr net.Addr) func(context.Context) (net.Conn, error) {
+	return func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, addr.Network(), addr.String())
+	}
+}
+
+// serveOn is serveWrapped on ln, whose client connects through dial.
+func serveOn(t *testing.T, g *drain.Gate, ln net.Listener, wrap func(net.Listener) net.Listener, dial func(context.Context) (net.Conn, error)) *server {
+	t.Helper()
 	classify := Methods(map[string]drain.Class{
 		testgrpc.TestService_EmptyCall_FullMethodName:           drain.Create,
 		testgrpc.TestService_FullDuplexCall_FullMethodName:      drain.Checkpoint,
 		testgrpc.TestService_StreamingOutputCall_FullMethodName: drain.Stream,
 		testgrpc.TestService_UnaryCall_FullMethodName:           drain.Stream,
 	}, drain.Create)
-	s := &server{health: health.NewServer(), reading: make(chan net.Addr, 16)}
+	s := &server{health: health.NewServer(), reading: make(chan net.Addr, 16), closed: make(chan struct{}), dial: dial}
 	s.srv = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(UnaryServerInterceptor(g, classify)),
 		grpc.ChainStreamInterceptor(StreamServerInterceptor(g, classify)),
@@ -167,19 +230,10 @@ func serveWrapped(t *testing.T, g *drain.Gate, network string, wrap func(net.Lis
 	testgrpc.RegisterTestServiceServer(s.srv, worker{})
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)
-	addr := "127.0.0.1:0"
-	if network == "unix" {
-		addr = filepath.Join(t.TempDir(), "grpc.sock")
-	}
-	ln, err := net.Listen(network, addr)
-	require.NoError(t, err)
-	go func() { _ = s.srv.Serve(wrap(readSignal{ln, s.reading})) }()
+	go func() { _ = s.srv.Serve(closeSignal{wrap(readSignal{ln, s.reading}), s.closed, new(sync.Once)}) }()
 	s.addr = ln.Addr()
-	target := ln.Addr().String()
-	if network == "unix" {
-		target = "unix://" + target
-	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("passthrough:///localhost", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx) }))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(); s.srv.Stop() })
 	s.worker, s.hc = testgrpc.NewTestServiceClient(conn), healthpb.NewHealthClient(conn)
