@@ -395,9 +395,14 @@ type Server interface {
 // which grpc waits 5 s: its node gone without closing it, its process
 // frozen), and Stop returns nil. When grpc's Stop was left running (below)
 // it may have closed no connection yet, and every RPC still running
-// counts, unless a socket still listens on the address its connection came
-// in on (Linux's socket tables tell): a *grpc.Server closes every listener
-// of its own as GracefulStop begins, so that RPC is another server's. It
+// counts, unless it is another server's: its context names another
+// *grpc.Server than s (grpc-go puts the server of each RPC there), or,
+// where that cannot be told (s is not a *grpc.Server, or a grpc that no
+// longer says), a socket still listens on the address its connection came
+// in on (Linux's socket tables tell: a *grpc.Server closes every listener
+// of its own as GracefulStop begins; an address is a weaker sign, which
+// another process, a socket of the same SO_REUSEPORT group, or systemd's
+// descriptor of the socket keeps listening). It
 // can tell only when interceptors of both kinds, unary and stream, were
 // made with g (an RPC of the other kind
 // would run uncounted), and it counts an RPC from the moment it reaches
@@ -477,7 +482,8 @@ func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (
 	case <-st.quiet(qctx, reserve):
 		quiet = true
 	}
-	idle := st.idle()
+	gs, _ := s.(*grpc.Server) // nil for another Server: its RPCs cannot name it
+	idle := st.idle(gs)
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)

@@ -221,12 +221,30 @@ func localAddr(ctx context.Context) net.Addr {
 	return nil
 }
 
-// elsewhere reports whether c runs on another server than the one whose
-// Stop, held, has closed every listener of its own (grpc's Stop and
-// GracefulStop close them first of all, before any wait): a socket still
-// listens on the address c came in on. When that cannot be told, c may be
-// that server's.
-func (c *call) elsewhere() bool {
+// elsewhere reports whether c runs on another server than stopped, whose
+// Stop was held: c's context names another *grpc.Server (serverOf). When
+// it names none, or stopped is not a *grpc.Server (nil), onOpenListener
+// tells.
+func (c *call) elsewhere(stopped *grpc.Server) (other, told bool) {
+	if stopped == nil {
+		return false, false
+	}
+	if srv := serverOf(c.ctx); srv != nil {
+		return srv != stopped, true
+	}
+	return false, false
+}
+
+// onOpenListener reports whether a socket listens on the address c came in
+// on, which makes c another server's than the one whose Stop, held, has
+// closed every listener of its own (grpc's Stop and GracefulStop close
+// them first of all, before any wait). When that cannot be told, c may be
+// that server's. Only where the RPC names no server: an address says less
+// than that (another process, or a socket of the same SO_REUSEPORT group,
+// may listen there; the tables are those of the main thread's network
+// namespace; a listener's descriptor closed is not its socket closed when
+// another descriptor, systemd's, keeps it).
+func (c *call) onOpenListener() bool {
 	if c.local == nil {
 		return false
 	}
@@ -355,13 +373,14 @@ func (s *gateState) quiet(ctx context.Context, reserve time.Duration) <-chan str
 // gate is not cut by this one's Stop, and is not counted (row 1016). When
 // grpc's Stop was held (see Stop), it may not have closed the connections
 // yet (a handshake holds it before it does; on a loaded machine it may
-// not have run yet): an RPC still running then counts, unless a socket
-// still listens on the address its connection came in on, which makes it
-// another server's, for the stopped server closed its own listeners first
-// of all (row 2381). It reports false when the gate's interceptors are not
+// not have run yet): an RPC still running then counts, unless it is
+// another server's than stopped, s's *grpc.Server (nil for another
+// Server): its context names another (rows 2580 to 2585), or, where it
+// names none, a socket still listens on the address its connection came
+// in on (row 2381). It reports false when the gate's interceptors are not
 // of both kinds (an RPC of the other kind would run uncounted), and for a
 // nil s.
-func (s *gateState) idle() (still func(held bool) bool) {
+func (s *gateState) idle(stopped *grpc.Server) (still func(held bool) bool) {
 	if s == nil || !s.unary.Load() || !s.stream.Load() {
 		return func(bool) bool { return false }
 	}
@@ -383,24 +402,31 @@ func (s *gateState) idle() (still func(held bool) bool) {
 		if !held {
 			return true
 		}
-		return allElsewhere(running)
+		return allElsewhere(running, stopped)
 	}
 }
 
 // allElsewhere reports whether every one of calls runs on another server
-// than the one whose Stop is held (see call.elsewhere). The socket tables
-// are read once per address, not per call: a server with a thousand
-// streams has a handful of addresses, and this runs in the step's slack.
-func allElsewhere(calls []*call) bool {
+// than stopped, whose Stop is held (see call.elsewhere). The socket tables,
+// for the calls whose server is not told, are read once per address, not
+// per call: a server with a thousand streams has a handful of addresses,
+// and this runs in the step's slack.
+func allElsewhere(calls []*call, stopped *grpc.Server) bool {
 	seen := make(map[string]bool)
 	for _, c := range calls {
+		if other, told := c.elsewhere(stopped); told {
+			if !other {
+				return false
+			}
+			continue
+		}
 		if c.local == nil {
 			return false
 		}
 		key := c.local.Network() + " " + c.local.String()
 		other, ok := seen[key]
 		if !ok {
-			other = c.elsewhere()
+			other = c.onOpenListener()
 			seen[key] = other
 		}
 		if !other {

@@ -1,0 +1,384 @@
+package draingrpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/drainkit/drainkit/drain"
+)
+
+// The tests here pin down which RPCs a held Stop counts as cut (row 2381:
+// grpc's Stop not returned 50 ms after the deadline): its own server's,
+// never another server's, wherever their sockets are. Each holds grpc's
+// Stop in a connection's handshake and ends Stop's context once
+// GracefulStop closed the server's listener:
+//
+//	Stop(a)        GracefulStop closes a's listener first of all
+//	               (then, in some tests, another socket appears)
+//	the deadline   grpc's Stop, held in the handshake
+//	+50 ms         Stop returns: cut (ctx's error), or nil
+//
+// Stop tells an RPC's server by the *grpc.Server that grpc-go names in
+// the RPC's context (serverOf), no longer by a socket listening on the
+// address the RPC came in on (row 2381), which each fault below shows
+// wrong: an address is not a server.
+
+// unchanged is serveOn's wrap that leaves the listener as it is.
+func unchanged(l net.Listener) net.Listener { return l }
+
+// holdInHandshake opens a connection to s as its client does and sends
+// part of the HTTP/2 preface, then nothing: grpc's Stop (and GracefulStop)
+// wait for its handshake until grpc.ConnectionTimeout, so a Stop of s is
+// held. The test's end closes it, which ends grpc's Stop.
+func holdInHandshake(t *testing.T, s *server) {
+	t.Helper()
+	c, err := s.dial(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	_, err = c.Write([]byte("PRI * HTTP/2.0"))
+	require.NoError(t, err)
+	waitReading(t, s, c.LocalAddr())
+}
+
+// stopOnceClosed runs Stop on s with g and ends its context once
+// GracefulStop closed s's listener and meanwhile ran,
+// and returns what Stop returned.
+func stopOnceClosed(t *testing.T, s *server, g *drain.Gate, meanwhile func()) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- Stop(ctx, s.srv, g) }()
+	select {
+	case <-s.closed:
+	case <-time.After(10 * time.Second): // a bound on the failure, not a timing assertion
+		t.Fatal("GracefulStop never closed the server's listener")
+	}
+	meanwhile()
+	cancel()
+	return <-stopped
+}
+
+// listenInAnotherProcess runs the test binary again as a process that
+// listens on addr until the test ends (see listenEnv).
+func listenInAnotherProcess(t *testing.T, addr net.Addr) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), listenEnv+"="+addr.Network()+" "+addr.String())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "the other process did not listen: %s", &stderr)
+	require.Equal(t, "listening\n", line)
+}
+
+// Fault (row 2580): a held Stop took its server's own stream for another
+// server's when another process listened on the address the server had listened
+// on (its successor, or a process given the port after it was freed)
+// before the deadline: a socket listened there again, so the step
+// reported nothing cut, and the stream its Stop cut went unreported.
+//
+//	a (tcp, 127.0.0.1:P)   a stream runs, a connection in its handshake
+//	Stop(a)                GracefulStop closes a's listener
+//	another process        listens on 127.0.0.1:P
+//	the deadline           before: nil; after: a's stream counts as cut
+func TestAHeldStopCountsItsOwnRPCWhenAnotherProcessListensOnItsAddress(t *testing.T) {
+	g := &drain.Gate{}
+	a := serve(t, g, "tcp")
+	_, err := openStream(t, t.Context(), a.worker) // runs until its client closes it
+	require.NoError(t, err)
+	holdInHandshake(t, a)
+
+	err = stopOnceClosed(t, a, g, func() { listenInAnotherProcess(t, a.addr) })
+	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
+}
+
+// reusePort sets SO_REUSEPORT on a socket before it binds.
+func reusePort(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// Fault (row 2581): two servers of one process listening on one address with
+// SO_REUSEPORT (a group the kernel spreads connections over): a held Stop
+// of one took its own stream for the other's, whose socket still
+// listened on that address, and reported nothing cut.
+//
+//	a (127.0.0.1:P)   a stream runs, a connection in its handshake
+//	b (127.0.0.1:P)   joins a's SO_REUSEPORT group
+//	Stop(a)           the deadline: before nil; after a's stream counts as cut
+func TestAHeldStopCountsItsOwnRPCBesideAnotherListenerOfItsReusePortGroup(t *testing.T) {
+	g := &drain.Gate{}
+	lc := net.ListenConfig{Control: reusePort}
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	a := serveOn(t, g, ln, unchanged, dialing(ln.Addr()))
+	_, err = openStream(t, t.Context(), a.worker) // a's: b does not listen yet
+	require.NoError(t, err)
+	holdInHandshake(t, a)
+	lnB, err := lc.Listen(t.Context(), "tcp", ln.Addr().String())
+	require.NoError(t, err)
+	serveOn(t, g, lnB, unchanged, dialing(lnB.Addr()))
+
+	err = stopOnceClosed(t, a, g, func() {})
+	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
+}
+
+// And exactly: the other server's stream in that group, when the stopped
+// server ran none, is not counted (a listener closed on its address
+// would not tell the two apart).
+func TestAHeldStopIsNotBlamedForTheRPCOfAnotherServerOfItsReusePortGroup(t *testing.T) {
+	g := &drain.Gate{}
+	lc := net.ListenConfig{Control: reusePort}
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	a := serveOn(t, g, ln, unchanged, dialing(ln.Addr()))
+	holdInHandshake(t, a) // a's: b does not listen yet
+	lnB, err := lc.Listen(t.Context(), "tcp", ln.Addr().String())
+	require.NoError(t, err)
+	b := serveOn(t, g, lnB, unchanged, dialing(lnB.Addr()))
+
+	var stream testgrpc.TestService_FullDuplexCallClient
+	err = stopOnceClosed(t, a, g, func() {
+		stream, err = openStream(t, t.Context(), b.worker) // b's: a's listener is closed
+		require.NoError(t, err)
+	})
+	require.NoError(t, err, "a ran no RPC: b's stream is not its cut")
+	require.NoError(t, stream.Send(&testgrpc.StreamingOutputCallRequest{}))
+	_, err = stream.Recv()
+	require.NoError(t, err, "b's stream runs on")
+	require.NoError(t, stream.CloseSend())
+}
+
+// Fault (row 2582): a server given its listener as a file descriptor (systemd's
+// socket activation: net.FileListener on the descriptor systemd passed,
+// which keeps its own): closing it closed the server's descriptor, not
+// the socket, which listened on, so a held Stop took the server's own
+// stream for another server's and reported nothing cut.
+//
+//	a (a descriptor of a socket on 127.0.0.1:P, another one kept)
+//	Stop(a)   the deadline: before nil; after a's stream counts as cut
+func TestAHeldStopCountsItsOwnRPCOnAListenerGivenAsADescriptor(t *testing.T) {
+	g := &drain.Gate{}
+	sock, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	kept, err := sock.(*net.TCPListener).File() // systemd's descriptor of the socket
+	require.NoError(t, err)
+	require.NoError(t, sock.Close())
+	t.Cleanup(func() { kept.Close() })
+	ln, err := net.FileListener(kept) // as go-systemd's activation.Listeners does
+	require.NoError(t, err)
+	a := serveOn(t, g, ln, unchanged, dialing(ln.Addr()))
+	_, err = openStream(t, t.Context(), a.worker)
+	require.NoError(t, err)
+	holdInHandshake(t, a)
+
+	err = stopOnceClosed(t, a, g, func() {})
+	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
+}
+
+// Fault (row 2583): a held Stop blamed a server with no RPC for the stream another
+// server ran on a Unix socket whose name /proc/net/unix shows otherwise
+// than Go does: a space or a newline in its path (the table separates its
+// fields with spaces and its lines with newlines), or a NUL inside an
+// abstract name (the table shows '@'; Go's name ends at it). The other
+// server's socket was not found listening, so its stream counted as cut.
+//
+//	busy (unix socket)   a stream runs on
+//	quiet (tcp)          no RPC, a connection in its handshake
+//	Stop(quiet)          the deadline: before "cut"; after nil, busy's stream answers on
+func TestAHeldStopIsNotBlamedForAnRPCOnAUnixSocketTheTableNamesOtherwise(t *testing.T) {
+	dir, err := os.MkdirTemp("", "dk") // short: a socket's path has 108 bytes
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	for name, path := range map[string]string{
+		"space":               filepath.Join(dir, "grpc agent.sock"),
+		"newline":             filepath.Join(dir, "grpc\nagent.sock"),
+		"abstract, with NULs": fmt.Sprintf("@drainkit\x00%d\x00agent", os.Getpid()),
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := &drain.Gate{}
+			ln, err := net.Listen("unix", path)
+			require.NoError(t, err)
+			busy := serveOn(t, g, ln, unchanged, dialing(&net.UnixAddr{Name: path, Net: "unix"}))
+			stream, err := openStream(t, t.Context(), busy.worker)
+			require.NoError(t, err)
+			quiet := serve(t, g, "tcp")
+			holdInHandshake(t, quiet)
+
+			err = stopOnceClosed(t, quiet, g, func() {})
+			require.NoError(t, err, "quiet ran no RPC: busy's stream is not its cut")
+			require.NoError(t, stream.Send(&testgrpc.StreamingOutputCallRequest{}))
+			_, err = stream.Recv()
+			require.NoError(t, err, "busy's stream runs on")
+			require.NoError(t, stream.CloseSend())
+		})
+	}
+}
+
+// Fault (row 2584): a held Stop took its server's own stream for another
+// server's when a wildcard listener of the other IP family was on its port: an
+// IPv4 one (0.0.0.0), which no IPv6 connection reaches, or an IPv6-only
+// one (::, as Go's "tcp6" listens), which no IPv4 connection reaches; the
+// table matched it all the same, and the step reported nothing cut.
+//
+//	a (127.0.0.1:P or [::1]:P)   a stream runs, a connection in its handshake
+//	another socket               listens on the other family's wildcard, port P
+//	Stop(a)                      the deadline: before nil; after a's stream counts as cut
+func TestAHeldStopCountsItsOwnRPCBesideAWildcardListenerOfTheOtherFamily(t *testing.T) {
+	for name, nets := range map[string][2]string{
+		"ipv6 RPC, 0.0.0.0 on its port":      {"tcp6", "tcp4"},
+		"ipv4 RPC, ipv6-only :: on its port": {"tcp4", "tcp6"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := &drain.Gate{}
+			loopback := map[string]string{"tcp4": "127.0.0.1", "tcp6": "::1"}[nets[0]]
+			ln, err := net.Listen(nets[0], net.JoinHostPort(loopback, "0"))
+			if err != nil && nets[0] == "tcp6" {
+				t.Skip("no IPv6 loopback here:", err)
+			}
+			require.NoError(t, err)
+			a := serveOn(t, g, ln, unchanged, dialing(ln.Addr()))
+			_, err = openStream(t, t.Context(), a.worker)
+			require.NoError(t, err)
+			holdInHandshake(t, a)
+			other, err := net.Listen(nets[1], fmt.Sprintf(":%d", ln.Addr().(*net.TCPAddr).Port))
+			if err != nil && nets[1] == "tcp6" {
+				t.Skip("no IPv6 here:", err)
+			}
+			require.NoError(t, err)
+			t.Cleanup(func() { other.Close() })
+
+			err = stopOnceClosed(t, a, g, func() {})
+			require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
+		})
+	}
+}
+
+// onThreadOfItsOwn runs f on a thread locked to it and never unlocked: the
+// thread ends with f's goroutine, for f changes its namespace. Never on
+// the process's main thread, which Go does not end and whose namespace
+// /proc/net shows: that one is kept busy while another runs f.
+func onThreadOfItsOwn[T any](f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			v, err := onThreadOfItsOwn(f)
+			runtime.UnlockOSThread()
+			done <- result{v, err}
+			return
+		}
+		v, err := f()
+		done <- result{v, err}
+	}()
+	r := <-done
+	return r.v, r.err
+}
+
+// netNS is a network namespace of this test's, not the process's, with
+// its loopback up.
+type netNS struct{ fd int }
+
+// newNetNS makes one, or skips the test where it may not (no root).
+func newNetNS(t *testing.T) netNS {
+	t.Helper()
+	fd, err := onThreadOfItsOwn(func() (int, error) {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return 0, err
+		}
+		fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return 0, err
+		}
+		// Forked from this thread, ip runs in the namespace.
+		if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+			unix.Close(fd)
+			return 0, fmt.Errorf("ip link set lo up: %w: %s", err, out)
+		}
+		return fd, nil
+	})
+	if err != nil {
+		t.Skip("no network namespace of its own here:", err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return netNS{fd}
+}
+
+// do runs f on a thread in the namespace: the sockets f makes are there.
+func (ns netNS) do(f func() error) error {
+	_, err := onThreadOfItsOwn(func() (struct{}, error) {
+		if err := unix.Setns(ns.fd, unix.CLONE_NEWNET); err != nil {
+			return struct{}{}, err
+		}
+		return struct{}{}, f()
+	})
+	return err
+}
+
+// Fault (row 2585): a held Stop of a server listening in a network namespace of its
+// own (a listener made on a thread moved into a sandbox's namespace) read
+// the process's socket tables, /proc/net, which are those of another
+// namespace: a socket on the same address there (the host's server on
+// 127.0.0.1:P) made it take its own stream for another server's, and
+// report nothing cut.
+//
+//	a (127.0.0.1:P, in its namespace)   a stream runs, a connection in its handshake
+//	b (127.0.0.1:P, the process's)      listens
+//	Stop(a)                             the deadline: before nil; after a's stream counts as cut
+func TestAHeldStopCountsItsOwnRPCInAnotherNetworkNamespace(t *testing.T) {
+	ns := newNetNS(t)
+	g := &drain.Gate{}
+	var ln net.Listener
+	require.NoError(t, ns.do(func() (err error) {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		return err
+	}))
+	addr := ln.Addr()
+	a := serveOn(t, g, ln, unchanged, func(ctx context.Context) (c net.Conn, err error) {
+		err = ns.do(func() error {
+			var d net.Dialer
+			c, err = d.DialContext(ctx, addr.Network(), addr.String())
+			return err
+		})
+		return c, err
+	})
+	_, err := openStream(t, t.Context(), a.worker)
+	require.NoError(t, err)
+	holdInHandshake(t, a)
+	b, err := net.Listen("tcp", addr.String())
+	require.NoError(t, err, "the process's namespace has its own 127.0.0.1:%d", addr.(*net.TCPAddr).Port)
+	t.Cleanup(func() { b.Close() })
+
+	err = stopOnceClosed(t, a, g, func() {})
+	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
+}

@@ -1,0 +1,35 @@
+package draingrpc
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+
+	"github.com/drainkit/drainkit/drain"
+)
+
+// What a held Stop tells servers apart by (rows 2580 to 2585): grpc-go
+// names, in each RPC's context, the *grpc.Server serving it. This fails
+// on a grpc update that stops doing so, where Stop would fall back on
+// the socket tables and their faults.
+func TestServerOfNamesTheServerOfAnRPC(t *testing.T) {
+	g := &drain.Gate{}
+	a, b := serve(t, g, "tcp"), serve(t, g, "unix")
+	for _, s := range []*server{a, b} {
+		_, err := openStream(t, t.Context(), s.worker) // runs until its client closes it
+		require.NoError(t, err)
+	}
+
+	var servers []*grpc.Server
+	st := stateOf(g)
+	st.mu.Lock()
+	for c := range st.calls {
+		servers = append(servers, serverOf(c.ctx))
+	}
+	st.mu.Unlock()
+	assert.ElementsMatch(t, []*grpc.Server{a.srv, b.srv}, servers)
+	assert.Nil(t, serverOf(context.Background()), "no RPC's context: no server")
+}
