@@ -1,5 +1,5 @@
-// Package listening tells whether a socket listens on an address in this
-// process's network namespace, from the kernel's socket tables
+// Package listening tells whether a socket listens on an address in the
+// network namespace of the process's main thread, from the kernel's socket tables
 // (/proc/net/tcp, tcp6 and unix on Linux), without connecting to it: a
 // probe would be a connection, and a log line, on the server it finds.
 //

@@ -1,7 +1,9 @@
 package listening_test
 
 import (
+	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -74,4 +76,80 @@ func TestOnDoesNotKnowOtherAddresses(t *testing.T) {
 	on, known = listening.On(nil)
 	assert.False(t, known)
 	assert.False(t, on)
+}
+
+// Fault (row 2586): On read a socket's name in /proc/net/unix as the 8th
+// space-separated field of its line, so a path with a space or a newline
+// in it, or an abstract name with a NUL inside it (the table shows '@'
+// for it), was not found while its socket listened. Each is found now,
+// and not once closed.
+func TestOnFindsAUnixListenerWhateverItsName(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the socket tables are Linux's")
+	}
+	dir, err := os.MkdirTemp("", "dk") // short: a socket's path has 108 bytes
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	for name, path := range map[string]string{
+		"space":               filepath.Join(dir, "grpc agent.sock"),
+		"newline":             filepath.Join(dir, "grpc\nagent.sock"),
+		"abstract, with NULs": fmt.Sprintf("@listening\x00%d\x00test", os.Getpid()),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ln, err := net.Listen("unix", path)
+			require.NoError(t, err)
+			addr := &net.UnixAddr{Name: path, Net: "unix"}
+			on, known := listening.On(addr)
+			assert.True(t, known)
+			assert.True(t, on, "listening on %q", path)
+			require.NoError(t, ln.Close())
+			on, known = listening.On(addr)
+			assert.True(t, known)
+			assert.False(t, on, "closed")
+		})
+	}
+}
+
+// Go's name of an abstract socket with a NUL inside (a connection's
+// LocalAddr, from getsockname) ends at the NUL: a listener whose name goes
+// on after it may be that socket or another, and On does not know.
+func TestOnDoesNotKnowAnAbstractNameCutAtANUL(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the socket tables are Linux's")
+	}
+	ln, err := net.Listen("unix", fmt.Sprintf("@listening-cut-%d\x00test", os.Getpid()))
+	require.NoError(t, err)
+	defer ln.Close()
+	client, err := net.Dial("unix", fmt.Sprintf("@listening-cut-%d\x00test", os.Getpid()))
+	require.NoError(t, err)
+	defer client.Close()
+	server, err := ln.Accept()
+	require.NoError(t, err)
+	defer server.Close()
+	require.Equal(t, fmt.Sprintf("@listening-cut-%d", os.Getpid()), server.LocalAddr().String(), "Go's name ends at the NUL")
+
+	on, known := listening.On(server.LocalAddr())
+	assert.False(t, known)
+	assert.False(t, on)
+}
+
+// Fault (row 2587): On took an IPv4 socket on 0.0.0.0:P for a listener of
+// an IPv6 address on port P, which no IPv6 connection reaches: a held
+// draingrpc.Stop took its own RPC on [::1]:P for another server's.
+func TestOnDoesNotTakeAnIPv4WildcardForAnIPv6Listener(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the socket tables are Linux's")
+	}
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	on, known := listening.On(&net.TCPAddr{IP: net.IPv6loopback, Port: port})
+	if !known {
+		t.Skip("no IPv6 socket table here")
+	}
+	assert.False(t, on, "no IPv6 connection reaches 0.0.0.0:%d", port)
+	on, _ = listening.On(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+	assert.True(t, on, "an IPv4 one does")
 }
