@@ -243,13 +243,22 @@ func (c *call) elsewhere(stopped *grpc.Server) (other, told bool) {
 // than that (another process, or a socket of the same SO_REUSEPORT group,
 // may listen there; the tables are those of the main thread's network
 // namespace; a listener's descriptor closed is not its socket closed when
-// another descriptor, systemd's, keeps it).
-func (c *call) onOpenListener() bool {
+// another descriptor, systemd's, keeps it). listened keeps what the tables
+// said of each address, read once per address, not per call: a server
+// with a thousand streams has a handful of addresses, and this runs in
+// the step's slack.
+func (c *call) onOpenListener(listened map[string]bool) bool {
 	if c.local == nil {
 		return false
 	}
-	on, known := listening.On(c.local)
-	return known && on
+	key := c.local.Network() + " " + c.local.String()
+	on, ok := listened[key]
+	if !ok {
+		listens, known := listening.On(c.local)
+		on = listens && known
+		listened[key] = on
+	}
+	return on
 }
 
 // A cutCheck is the RPCs one Stop may have cut: in a handler as its
@@ -407,27 +416,14 @@ func (s *gateState) idle(stopped *grpc.Server) (still func(held bool) bool) {
 }
 
 // allElsewhere reports whether every one of calls runs on another server
-// than stopped, whose Stop is held (see call.elsewhere). The socket tables,
-// for the calls whose server is not told, are read once per address, not
-// per call: a server with a thousand streams has a handful of addresses,
-// and this runs in the step's slack.
+// than stopped, whose Stop is held (see call.elsewhere and
+// call.onOpenListener).
 func allElsewhere(calls []*call, stopped *grpc.Server) bool {
-	seen := make(map[string]bool)
+	listened := make(map[string]bool)
 	for _, c := range calls {
-		if other, told := c.elsewhere(stopped); told {
-			if !other {
-				return false
-			}
-			continue
-		}
-		if c.local == nil {
-			return false
-		}
-		key := c.local.Network() + " " + c.local.String()
-		other, ok := seen[key]
-		if !ok {
-			other = c.onOpenListener()
-			seen[key] = other
+		other, told := c.elsewhere(stopped)
+		if !told {
+			other = c.onOpenListener(listened)
 		}
 		if !other {
 			return false
