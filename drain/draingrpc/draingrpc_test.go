@@ -48,9 +48,13 @@ const listenEnv = "DRAINKIT_TEST_LISTEN"
 
 // listenUntilStdinEnds listens on spec's address, says so on stdout, and
 // keeps listening until its stdin ends; it returns the process's exit
-// code.
+// code. A Unix socket's path is removed first, as a server starting
+// removes a stale one (its predecessor's, still serving or not).
 func listenUntilStdinEnds(spec string) int {
 	network, addr, _ := strings.Cut(spec, " ")
+	if network == "unix" {
+		_ = os.Remove(addr)
+	}
 	ln, err := net.Listen(network, addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
@@ -110,6 +111,33 @@ func TestAHeldStopCountsItsOwnRPCWhenAnotherProcessListensOnItsAddress(t *testin
 	holdInHandshake(t, a)
 
 	err = stopOnceClosed(t, a, g, func() { listenInAnotherProcess(t, a.addr) })
+	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
+}
+
+// Fault (row 2588): the same with a Unix socket: a server's successor
+// (a new process of a rolling update, on the node's same socket path)
+// removed the path, as a server starting removes a stale socket, and
+// bound it while the server still served; the server's Stop then
+// unlinked the path (Go's listener removes its path as it closes), the
+// successor's socket still bound to it, which /proc/net/unix shows, and
+// a held Stop took the server's own stream for the successor's and
+// reported nothing cut.
+//
+//	a (unix socket P)   a stream runs, a connection in its handshake
+//	another process     removes P, listens on P
+//	Stop(a)             closes a's listener, unlinks P; the successor's socket still listens
+//	the deadline        before: nil; after: a's stream counts as cut
+func TestAHeldStopCountsItsOwnRPCWhenItsSuccessorListensOnItsSocketPath(t *testing.T) {
+	g := &drain.Gate{}
+	a := serve(t, g, "unix")
+	_, err := openStream(t, t.Context(), a.worker) // runs until its client closes it
+	require.NoError(t, err)
+	holdInHandshake(t, a)
+	listenInAnotherProcess(t, a.addr)
+
+	err = stopOnceClosed(t, a, g, func() {
+		assert.NoFileExists(t, a.addr.String(), "a's listener unlinked the path the successor listens on")
+	})
 	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
 }
 
