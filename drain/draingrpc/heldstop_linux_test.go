@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/drainkit/drainkit/drain"
@@ -267,6 +270,44 @@ func TestAHeldStopIsNotBlamedForAnRPCOnAUnixSocketTheTableNamesOtherwise(t *test
 			require.NoError(t, stream.CloseSend())
 		})
 	}
+}
+
+// Fault (row 2589): a held Stop blamed a server with no RPC for the stream
+// that another *grpc.Server ran through an http.Server (ServeHTTP, h2c)
+// on the same gate, the drain's one: such an RPC has no address of a
+// grpc listener (row 2381 left it out: grpc's Stop closes no listener of
+// an http.Server's), so it counted as cut, whichever server's it was.
+//
+//	busy (grpc through an http.Server, loopback)   a stream runs on
+//	quiet (tcp)                                    no RPC, a connection in its handshake
+//	Stop(quiet)                                    the deadline: before "cut"; after nil, busy's stream answers on
+func TestAHeldStopIsNotBlamedForAnRPCAnotherServerRunsThroughAnHTTPServer(t *testing.T) {
+	g := &drain.Gate{}
+	busy := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(UnaryServerInterceptor(g, Methods(nil, drain.Checkpoint))),
+		grpc.ChainStreamInterceptor(StreamServerInterceptor(g, Methods(nil, drain.Checkpoint))),
+	)
+	testgrpc.RegisterTestServiceServer(busy, worker{})
+	hs := &http.Server{Handler: busy, Protocols: new(http.Protocols)}
+	hs.Protocols.SetUnencryptedHTTP2(true)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { hs.Close(); busy.Stop() })
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	stream, err := openStream(t, t.Context(), testgrpc.NewTestServiceClient(conn))
+	require.NoError(t, err)
+	quiet := serve(t, g, "tcp")
+	holdInHandshake(t, quiet)
+
+	err = stopOnceClosed(t, quiet, g, func() {})
+	require.NoError(t, err, "quiet ran no RPC: busy's stream is not its cut")
+	require.NoError(t, stream.Send(&testgrpc.StreamingOutputCallRequest{}))
+	_, err = stream.Recv()
+	require.NoError(t, err, "busy's stream runs on")
+	require.NoError(t, stream.CloseSend())
 }
 
 // Fault (row 2584): a held Stop took its server's own stream for another
