@@ -384,11 +384,11 @@ func (s *gateState) quiet(ctx context.Context, reserve time.Duration) <-chan str
 // yet (a handshake holds it before it does; on a loaded machine it may
 // not have run yet): an RPC still running then counts, unless it is
 // another server's than stopped, s's *grpc.Server (nil for another
-// Server): its context names another (rows 2580 to 2585, 2588, 2589), or, where it
-// names none, a socket still listens on the address its connection came
-// in on (row 2381). It reports false when the gate's interceptors are not
-// of both kinds (an RPC of the other kind would run uncounted), and for a
-// nil s.
+// Server): its context names another (rows 2580 to 2585, 2588, 2589),
+// or, where it names none, a socket still listens on the address its
+// connection came in on (row 2381). It reports false when the gate's
+// interceptors are not of both kinds (an RPC of the other kind would run
+// uncounted), and for a nil s.
 func (s *gateState) idle(stopped *grpc.Server) (still func(held bool) bool) {
 	if s == nil || !s.unary.Load() || !s.stream.Load() {
 		return func(bool) bool { return false }

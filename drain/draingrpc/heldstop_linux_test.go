@@ -36,10 +36,10 @@ import (
 //	the deadline   grpc's Stop, held in the handshake
 //	+50 ms         Stop returns: cut (ctx's error), or nil
 //
-// Stop tells an RPC's server by the *grpc.Server that grpc-go names in
-// the RPC's context (serverOf), no longer by a socket listening on the
-// address the RPC came in on (row 2381), which each fault below shows
-// wrong: an address is not a server.
+// Stop tells an RPC's server by the *grpc.Server that grpc-go names in the
+// RPC's context (serverOf), no longer by a socket listening on the address
+// the RPC came in on (row 2381), which each fault below shows wrong: an
+// address is not a server.
 
 // unchanged is serveOn's wrap that leaves the listener as it is.
 func unchanged(l net.Listener) net.Listener { return l }
@@ -59,8 +59,8 @@ func holdInHandshake(t *testing.T, s *server) {
 }
 
 // stopOnceClosed runs Stop on s with g and ends its context once
-// GracefulStop closed s's listener and meanwhile ran,
-// and returns what Stop returned.
+// GracefulStop closed s's listener and meanwhile ran, and returns what
+// Stop returned.
 func stopOnceClosed(t *testing.T, s *server, g *drain.Gate, meanwhile func()) error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -97,9 +97,9 @@ func listenInAnotherProcess(t *testing.T, addr net.Addr) {
 }
 
 // Fault (row 2580): a held Stop took its server's own stream for another
-// server's when another process listened on the address the server had listened
-// on (its successor, or a process given the port after it was freed)
-// before the deadline: a socket listened there again, so the step
+// server's when another process listened on the address the server had
+// listened on (its successor, or a process given the port after it was
+// freed) before the deadline: a socket listened there again, so the step
 // reported nothing cut, and the stream its Stop cut went unreported.
 //
 //	a (tcp, 127.0.0.1:P)   a stream runs, a connection in its handshake
@@ -117,14 +117,13 @@ func TestAHeldStopCountsItsOwnRPCWhenAnotherProcessListensOnItsAddress(t *testin
 	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
 }
 
-// Fault (row 2588): the same with a Unix socket: a server's successor
-// (a new process of a rolling update, on the node's same socket path)
-// removed the path, as a server starting removes a stale socket, and
-// bound it while the server still served; the server's Stop then
-// unlinked the path (Go's listener removes its path as it closes), the
-// successor's socket still bound to it, which /proc/net/unix shows, and
-// a held Stop took the server's own stream for the successor's and
-// reported nothing cut.
+// Fault (row 2588): the same with a Unix socket: a server's successor (a
+// new process of a rolling update, on the node's same socket path) removed
+// the path, as a server starting removes a stale socket, and bound it
+// while the server still served; the server's Stop then unlinked the path
+// (Go's listener removes its path as it closes), the successor's socket
+// still bound to it, which /proc/net/unix shows, and a held Stop took the
+// server's own stream for the successor's and reported nothing cut.
 //
 //	a (unix socket P)   a stream runs, a connection in its handshake
 //	another process     removes P, listens on P
@@ -155,9 +154,9 @@ func reusePort(_, _ string, c syscall.RawConn) error {
 	return serr
 }
 
-// Fault (row 2581): two servers of one process listening on one address with
-// SO_REUSEPORT (a group the kernel spreads connections over): a held Stop
-// of one took its own stream for the other's, whose socket still
+// Fault (row 2581): two servers of one process listening on one address
+// with SO_REUSEPORT (a group the kernel spreads connections over): a held
+// Stop of one took its own stream for the other's, whose socket still
 // listened on that address, and reported nothing cut.
 //
 //	a (127.0.0.1:P)   a stream runs, a connection in its handshake
@@ -181,8 +180,8 @@ func TestAHeldStopCountsItsOwnRPCBesideAnotherListenerOfItsReusePortGroup(t *tes
 }
 
 // And exactly: the other server's stream in that group, when the stopped
-// server ran none, is not counted (a listener closed on its address
-// would not tell the two apart).
+// server ran none, is not counted (a listener closed on its address would
+// not tell the two apart).
 func TestAHeldStopIsNotBlamedForTheRPCOfAnotherServerOfItsReusePortGroup(t *testing.T) {
 	g := &drain.Gate{}
 	lc := net.ListenConfig{Control: reusePort}
@@ -206,10 +205,10 @@ func TestAHeldStopIsNotBlamedForTheRPCOfAnotherServerOfItsReusePortGroup(t *test
 	require.NoError(t, stream.CloseSend())
 }
 
-// Fault (row 2582): a server given its listener as a file descriptor (systemd's
-// socket activation: net.FileListener on the descriptor systemd passed,
-// which keeps its own): closing it closed the server's descriptor, not
-// the socket, which listened on, so a held Stop took the server's own
+// Fault (row 2582): a server given its listener as a file descriptor
+// (systemd's socket activation: net.FileListener on the descriptor systemd
+// passed, which keeps its own): closing it closed the server's descriptor,
+// not the socket, which listened on, so a held Stop took the server's own
 // stream for another server's and reported nothing cut.
 //
 //	a (a descriptor of a socket on 127.0.0.1:P, another one kept)
@@ -233,12 +232,13 @@ func TestAHeldStopCountsItsOwnRPCOnAListenerGivenAsADescriptor(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
 }
 
-// Fault (row 2583): a held Stop blamed a server with no RPC for the stream another
-// server ran on a Unix socket whose name /proc/net/unix shows otherwise
-// than Go does: a space or a newline in its path (the table separates its
-// fields with spaces and its lines with newlines), or a NUL inside an
-// abstract name (the table shows '@'; Go's name ends at it). The other
-// server's socket was not found listening, so its stream counted as cut.
+// Fault (row 2583): a held Stop blamed a server with no RPC for the stream
+// another server ran on a Unix socket whose name /proc/net/unix shows
+// otherwise than Go does: a space or a newline in its path (the table
+// separates its fields with spaces and its lines with newlines), or a NUL
+// inside an abstract name (the table shows '@'; Go's name ends at it). The
+// other server's socket was not found listening, so its stream counted as
+// cut.
 //
 //	busy (unix socket)   a stream runs on
 //	quiet (tcp)          no RPC, a connection in its handshake
@@ -273,14 +273,15 @@ func TestAHeldStopIsNotBlamedForAnRPCOnAUnixSocketTheTableNamesOtherwise(t *test
 }
 
 // Fault (row 2589): a held Stop blamed a server with no RPC for the stream
-// that another *grpc.Server ran through an http.Server (ServeHTTP, h2c)
-// on the same gate, the drain's one: such an RPC has no address of a
-// grpc listener (row 2381 left it out: grpc's Stop closes no listener of
-// an http.Server's), so it counted as cut, whichever server's it was.
+// that another *grpc.Server ran through an http.Server (ServeHTTP, h2c) on
+// the same gate, the drain's one: such an RPC has no address of a grpc
+// listener (row 2381 left it out: grpc's Stop closes no listener of an
+// http.Server's), so it counted as cut, whichever server's it was.
 //
-//	busy (grpc through an http.Server, loopback)   a stream runs on
-//	quiet (tcp)                                    no RPC, a connection in its handshake
-//	Stop(quiet)                                    the deadline: before "cut"; after nil, busy's stream answers on
+//	busy (grpc through an http.Server)   a stream runs on
+//	quiet (tcp)                          no RPC, a connection in its handshake
+//	Stop(quiet)                          the deadline: before "cut"; after nil,
+//	                                     busy's stream answers on
 func TestAHeldStopIsNotBlamedForAnRPCAnotherServerRunsThroughAnHTTPServer(t *testing.T) {
 	g := &drain.Gate{}
 	busy := grpc.NewServer(
@@ -311,10 +312,11 @@ func TestAHeldStopIsNotBlamedForAnRPCAnotherServerRunsThroughAnHTTPServer(t *tes
 }
 
 // Fault (row 2584): a held Stop took its server's own stream for another
-// server's when a wildcard listener of the other IP family was on its port: an
-// IPv4 one (0.0.0.0), which no IPv6 connection reaches, or an IPv6-only
-// one (::, as Go's "tcp6" listens), which no IPv4 connection reaches; the
-// table matched it all the same, and the step reported nothing cut.
+// server's when a wildcard listener of the other IP family was on its
+// port: an IPv4 one (0.0.0.0), which no IPv6 connection reaches, or an
+// IPv6-only one (::, as Go's "tcp6" listens), which no IPv4 connection
+// reaches; the table matched it all the same, and the step reported
+// nothing cut.
 //
 //	a (127.0.0.1:P or [::1]:P)   a stream runs, a connection in its handshake
 //	another socket               listens on the other family's wildcard, port P
@@ -374,8 +376,8 @@ func onThreadOfItsOwn[T any](f func() (T, error)) (T, error) {
 	return r.v, r.err
 }
 
-// netNS is a network namespace of this test's, not the process's, with
-// its loopback up.
+// netNS is a network namespace of this test's, not the process's, with its
+// loopback up.
 type netNS struct{ fd int }
 
 // newNetNS makes one, or skips the test where it may not (no root).
@@ -414,12 +416,12 @@ func (ns netNS) do(f func() error) error {
 	return err
 }
 
-// Fault (row 2585): a held Stop of a server listening in a network namespace of its
-// own (a listener made on a thread moved into a sandbox's namespace) read
-// the process's socket tables, /proc/net, which are those of another
-// namespace: a socket on the same address there (the host's server on
-// 127.0.0.1:P) made it take its own stream for another server's, and
-// report nothing cut.
+// Fault (row 2585): a held Stop of a server listening in a network
+// namespace of its own (a listener made on a thread moved into a sandbox's
+// namespace) read the process's socket tables, /proc/net, which are those
+// of another namespace: a socket on the same address there (the host's
+// server on 127.0.0.1:P) made it take its own stream for another server's,
+// and report nothing cut.
 //
 //	a (127.0.0.1:P, in its namespace)   a stream runs, a connection in its handshake
 //	b (127.0.0.1:P, the process's)      listens
