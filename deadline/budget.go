@@ -729,13 +729,32 @@ func (b *Budget) State() State {
 }
 
 // stateLocked is State; the caller holds b.mu.
-func (b *Budget) stateLocked() State {
+func (b *Budget) stateLocked() State { return b.rawLocked().settled() }
+
+// raw returns the budget's state unsettled: its Margin as configured (zero
+// for the default, which follows the grace in use) and no Deadline. A Plan
+// asks it what SIGTERM at a later time would make of the budget
+// (ifSIGTERM), all from one reading.
+func (b *Budget) raw() State {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rawLocked()
+}
+
+// rawLocked is raw; the caller holds b.mu.
+func (b *Budget) rawLocked() State {
 	s := State{Anchor: b.anchor, Start: b.start, SIGTERM: b.sigterm, Kill: b.kill, Grace: b.grace, Margin: b.margin,
 		Restart: b.restart, RestartGrace: b.regrace}
 	if s.Anchor == AnchorNone {
 		s.Start = time.Now()
 		s.Kill = s.Start.Add(b.grace)
 	}
+	return s
+}
+
+// settled returns the raw state s with its margin (the default, when
+// Margin is zero) and its Deadline.
+func (s State) settled() State {
 	last := laterOf(s.Start, s.Restart)
 	if !s.SIGTERM.IsZero() {
 		last = laterOf(s.SIGTERM, last)
@@ -746,4 +765,18 @@ func (b *Budget) stateLocked() State {
 	margin := min(s.Margin, max(s.Kill.Sub(last)/2, 0))
 	s.Deadline = s.Kill.Add(-margin)
 	return s
+}
+
+// ifSIGTERM returns the raw state s, anchored and before SIGTERM, settled
+// as SIGTERM at at (not before T0) leaves it at the least: the kubelet
+// sends SIGKILL no sooner than s.Kill (OnSIGTERM's arithmetic, from T0 or
+// the run over, only adds the fraction of a second the kubelet's
+// truncation drops; a deletionTimestamp stays) and no sooner than
+// MinimumGracePeriod after SIGTERM (killContainer raises what the hook
+// left to it). A hook abandoned early (OnHookAbandoned: a grace the
+// budget did not know) is no SIGTERM a plan can lay out for.
+func (s State) ifSIGTERM(at time.Time) State {
+	s.SIGTERM = at
+	s.Kill = laterOf(s.Kill, at.Add(MinimumGracePeriod))
+	return s.settled()
 }

@@ -84,7 +84,8 @@
 //   - The Plan is the only code that turns the budget into deadlines: every
 //     phase asks it for its Window by name when it starts. A window's
 //     deadline is in [its start, Budget.Deadline] while the budget's
-//     deadline has not passed; phase deadlines never decrease along the
+//     deadline has not passed (the preStop wait's before SIGTERM in
+//     [its start, Budget.Kill], below); phase deadlines never decrease along the
 //     plan; a phase's deadline is the budget's Deadline minus the reserves
 //     of all later phases whenever its own reserve and theirs all fit in
 //     the time left, so time a phase leaves unused flows to the next.
@@ -94,7 +95,14 @@
 //     budget's Deadline. So a later reserve that would fit on its own is
 //     cut with the others when the phase's own does not (10 s left for 8 s
 //     of preserve and 5 s of exit: exit gets 3.85 s), and a critical phase
-//     keeps its reserve before a later phase's. A window's Hard deadline
+//     keeps its reserve before a later phase's. Before SIGTERM the
+//     first phase is the preStop wait, and the later ones start at
+//     SIGTERM, which the kubelet follows with SIGKILL no sooner than 2 s
+//     later: where ending the wait by that rule leaves them no more than
+//     those 2 s would, and their reserves fit there (less the margin the
+//     budget keeps of them), the wait's deadline is Budget.Kill, when the
+//     kubelet gives up on the hook, and the later phases are laid out
+//     from it (see Plan). A window's Hard deadline
 //     is where the next critical phase's window begins. Split applies the
 //     same rule to any window, for a step's own stages.
 //   - Reserves are evaluated live, at every Window, Deadline, Context,

@@ -107,10 +107,29 @@ func FuzzPlanInvariants(f *testing.F) {
 				t.Fatal(err)
 			}
 			now, D, T0 := time.Now(), st.Deadline, st.Start
-			checkLayout(t, "Windows(\"\")", phases, now, D, p.Windows(""))
+			// Before SIGTERM the first phase is the preStop wait.
+			preStop := func(from time.Time) ([]deadline.Window, []unpinned, time.Time, bool) {
+				if sigtermAfter >= 0 {
+					return nil, nil, time.Time{}, false
+				}
+				plain, _ := splitModel(phases, from, D)
+				return preStopModel(phases, from, st, c.Margin, plain[0].Deadline)
+			}
+			checkFirst := func(what string, got []deadline.Window) {
+				if want, open, end, ok := preStop(now); ok {
+					compareLayout(t, what, phases, now, end, got, want, open)
+					return
+				}
+				checkLayout(t, what, phases, now, D, got)
+			}
+			checkFirst("Windows(\"\")", p.Windows(""))
 			for i, ph := range phases {
 				ws := p.Windows(ph.Name)
-				checkLayout(t, "Windows("+ph.Name+")", phases[i:], now, D, ws)
+				if i == 0 {
+					checkFirst("Windows("+ph.Name+")", ws)
+				} else {
+					checkLayout(t, "Windows("+ph.Name+")", phases[i:], now, D, ws)
+				}
 				if w := p.Window(ph.Name); w != ws[0] {
 					t.Fatalf("Window(%s) = %+v, Windows(%s)[0] = %+v", ph.Name, w, ph.Name, ws[0])
 				}
@@ -122,7 +141,11 @@ func FuzzPlanInvariants(f *testing.F) {
 					short = short || w.Short > 0
 				}
 				sf := p.ShortfallFrom(ph.Name)
-				if want := shortfall(sumReserves(phases[i:]), now, D); sf != want {
+				want := shortfall(sumReserves(phases[i:]), now, D)
+				if _, _, _, ok := preStop(now); ok && i == 0 {
+					want = 0
+				}
+				if sf != want {
 					t.Fatalf("ShortfallFrom(%s) = %v, want %v", ph.Name, sf, want)
 				}
 				// Past the deadline ShortfallFrom counts the time already
@@ -146,6 +169,14 @@ func FuzzPlanInvariants(f *testing.F) {
 func checkLayout(t *testing.T, what string, phases []deadline.Phase, start, end time.Time, got []deadline.Window) {
 	t.Helper()
 	want, open := splitModel(phases, start, end)
+	compareLayout(t, what, phases, start, end, got, want, open)
+}
+
+// compareLayout compares got with want, the model's layout of phases from
+// start to end, in the fields open leaves pinned, and checks the
+// invariants that follow from it.
+func compareLayout(t *testing.T, what string, phases []deadline.Phase, start, end time.Time, got, want []deadline.Window, open []unpinned) {
+	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d windows for %d phases", what, len(got), len(want))
 	}
@@ -234,6 +265,53 @@ func splitModel(phases []deadline.Phase, start, end time.Time) ([]deadline.Windo
 		}
 	}
 	return out, open
+}
+
+// preStopModel is the plan's layout from the first phase, the preStop
+// wait, before SIGTERM, in exact arithmetic, where its rule holds (ok).
+// The kubelet sends SIGKILL no sooner than 2 s after SIGTERM, which comes
+// when the hook returns or at SIGKILL as the budget st has it, when the
+// kubelet gives up on the hook. SIGTERM at t gives the budget the deadline
+// after(t): the later of SIGKILL and t + 2 s, less the margin, at most
+// half the time from t. The wait runs on until then (or its start plus
+// its Max), the later phases laid out from there to that deadline, end,
+// splitModel's way, when its own reserve fits before it, and the later
+// reserves fit in after(wait) - wait, which is no less than after(plain)
+// - plain, plain being where splitModel ends the wait. margin is
+// Config.Margin (zero: the default, of the grace in use then).
+func preStopModel(phases []deadline.Phase, start time.Time, st deadline.State, margin time.Duration, plain time.Time) (ws []deadline.Window, open []unpinned, end time.Time, ok bool) {
+	if len(phases) < 2 {
+		return nil, nil, end, false
+	}
+	after := func(sigterm time.Time) time.Time {
+		kill := laterOf(st.Kill, sigterm.Add(deadline.MinimumGracePeriod))
+		m := margin
+		if m <= 0 {
+			m = deadline.DefaultMarginFor(min(st.Grace, kill.Sub(st.Start)))
+		}
+		return kill.Add(-min(m, kill.Sub(sigterm)/2))
+	}
+	wait := st.Kill
+	if m := phases[0].Max; m > 0 && wait.Sub(start) > m {
+		wait = start.Add(m)
+	}
+	end = after(wait)
+	left := new(big.Int).Sub(bigNanos(end), bigNanos(wait))
+	ownFits := new(big.Int).Sub(bigNanos(wait), bigNanos(start)).Cmp(big.NewInt(int64(reserveOf(phases[0])))) >= 0
+	laterFit := left.Cmp(sumReserves(phases[1:])) >= 0
+	noLess := left.Cmp(new(big.Int).Sub(bigNanos(after(plain)), bigNanos(plain))) >= 0
+	if !ownFits || !laterFit || !noLess {
+		return nil, nil, end, false
+	}
+	rest, restOpen := splitModel(phases[1:], wait, end)
+	first := deadline.Window{Name: phases[0].Name, Start: start, Deadline: wait, Hard: end, Reserve: reserveOf(phases[0])}
+	for j, ph := range phases[1:] {
+		if ph.Critical {
+			first.Hard = rest[j].Start
+			break
+		}
+	}
+	return append([]deadline.Window{first}, rest...), append([]unpinned{{hard: restOpen[0].start}}, restOpen...), end, true
 }
 
 // firstModel is the window, Hard aside, of phases[0] starting at start

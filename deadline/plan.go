@@ -87,6 +87,20 @@ type Phase struct {
 // time left in proportion to theirs. Every phase still runs, in order, and
 // the last one ends at the budget's deadline.
 //
+// Before SIGTERM, the first phase of a plan of more than one is the preStop
+// wait, and the later ones start at SIGTERM, which the kubelet sends when
+// the hook returns (or when its grace runs out) and follows with SIGKILL
+// no sooner than 2 s later (MinimumGracePeriod). Once the wait's deadline
+// by the rule above falls in the kubelet's last 2 s, or where SIGTERM
+// leaves no more than those 2 s anyway (a grace of 1 or 2 s), ending the
+// wait later leaves the later phases no less time: then, when their
+// reserves fit in the 2 s less the margin the budget keeps of them (at
+// most half), the wait's deadline is the budget's SIGKILL, when the
+// kubelet gives up on the hook (or its start plus its Max), past the
+// budget's deadline, and the later phases are laid out from there to the
+// deadline SIGTERM then gives the budget. A wait that ends sooner keeps
+// the margin whole.
+//
 // Deadlines are absolute times computed at the moment they are asked for.
 // A Plan is safe for concurrent use.
 //
@@ -153,10 +167,13 @@ type Window struct {
 	Start time.Time `json:"start"` // when the window was computed: the phase's start
 	// Deadline is when the phase must stop starting work: Start <=
 	// Deadline <= the budget's deadline, or Start itself once the budget's
-	// deadline has passed.
+	// deadline has passed; but the preStop wait's before SIGTERM, which
+	// may run on to the budget's SIGKILL (see Plan).
 	Deadline time.Time `json:"deadline"`
 	// Hard is when work the phase started must be over: where the window
-	// of the next critical phase begins, or else the budget's deadline.
+	// of the next critical phase begins, or else the budget's deadline
+	// (for a preStop wait that runs on, the deadline SIGTERM at its end
+	// gives the budget).
 	// Never before Deadline. Work still running at Deadline may go on
 	// until Hard if the phase's policy allows (pause's default, without
 	// Config.CancelAtDeadline).
@@ -173,8 +190,7 @@ type Window struct {
 // name: names are fixed at construction, so an unknown one is a programming
 // error.
 func (p *Plan) Window(name string) Window {
-	i := p.mustIndex(name)
-	return Split(time.Now(), p.budget.Deadline(), p.phases[i:]...)[0]
+	return p.layout(time.Now(), p.mustIndex(name))[0]
 }
 
 // Deadline returns the named phase's deadline as if it started now:
@@ -205,7 +221,91 @@ func (p *Plan) Windows(name string) []Window {
 	if p.budget == nil { // the zero Plan: no phase to lay out
 		return nil
 	}
-	return Split(time.Now(), p.budget.Deadline(), p.phases[i:]...)
+	return p.layout(time.Now(), i)
+}
+
+// layout returns the windows of the phases from p.phases[i] on, as if it
+// started at now and each ran to its deadline: Split to the budget's
+// deadline, but for the preStop wait (preStopLayout).
+func (p *Plan) layout(now time.Time, i int) []Window {
+	raw := p.budget.raw()
+	plain := Split(now, raw.settled().Deadline, p.phases[i:]...)
+	if i == 0 {
+		if ws := p.preStopLayout(now, raw, plain[0].Deadline); ws != nil {
+			return ws
+		}
+	}
+	return plain
+}
+
+// preStopLayout is the layout from the first phase, the preStop wait,
+// starting at now, when preStopFits says its rule holds (plainEnd is
+// where Split to the budget's deadline ends the wait); nil when it does
+// not. The wait ends when the kubelet gives up on the hook (or at its
+// Max), and the later phases are laid out from there to the deadline
+// SIGTERM then gives the budget.
+func (p *Plan) preStopLayout(now time.Time, raw State, plainEnd time.Time) []Window {
+	end, after, later, ok := p.preStopFits(now, raw, plainEnd)
+	if !ok {
+		return nil
+	}
+	rest := split(end, after, later)
+	wait := Window{Name: p.phases[0].Name, Start: now, Deadline: end, Hard: after, Reserve: reserveOf(p.phases[0])}
+	for j, ph := range later { // work the wait started is over where a critical phase begins
+		if ph.Critical {
+			wait.Hard = rest[j].Start
+			break
+		}
+	}
+	return append([]Window{wait}, rest...)
+}
+
+// preStopFits reports whether, before SIGTERM (raw is the budget's state),
+// the first phase, the preStop wait, started at start, may run on until
+// the kubelet gives up on the hook rather than end at plainEnd, where
+// Split to the budget's deadline ends it. The kubelet sends SIGTERM when
+// the hook returns, or when its grace runs out (raw.Kill, or later), and
+// SIGKILL no sooner than 2 s after it: killContainer raises what the hook
+// left to minimumGracePeriodInSeconds, and the budget keeps that floor
+// after SIGTERM whatever else it learns. So the wait may run on when
+// SIGTERM at raw.Kill leaves the later phases their reserves before the
+// deadline it gives the budget (State.ifSIGTERM: 2 s less a margin of at
+// most half of them), and no less time than SIGTERM at plainEnd would:
+// that is, when plainEnd already falls in the kubelet's last 2 s, or
+// SIGTERM there leaves the same floor (a grace of 1 or 2 s). A wait
+// that ends sooner keeps the margin whole. It returns the wait's end
+// (raw.Kill, or start plus its Max), the deadline SIGTERM then gives,
+// and the later phases with their reserves as evaluated here, fixed, so
+// that the wait and the later windows are laid out from the same
+// reserves. The rule does not hold once SIGTERM came, in a plan of one
+// phase, or when the wait's own reserve does not fit before its end.
+func (p *Plan) preStopFits(start time.Time, raw State, plainEnd time.Time) (end, after time.Time, later []Phase, ok bool) {
+	if len(p.phases) < 2 || !raw.SIGTERM.IsZero() {
+		return end, after, nil, false
+	}
+	end = raw.Kill
+	if m := p.phases[0].Max; m > 0 && end.Sub(start) > m {
+		end = start.Add(m)
+	}
+	later = make([]Phase, len(p.phases)-1)
+	var sum time.Duration
+	for j, ph := range p.phases[1:] {
+		r := reserveOf(ph)
+		ph.Reserve = Fixed(r)
+		later[j], sum = ph, satAdd(sum, r)
+	}
+	after = raw.ifSIGTERM(end).Deadline
+	left := after.Sub(end)
+	ok = end.Sub(start) >= reserveOf(p.phases[0]) && left >= sum && left >= raw.ifSIGTERM(plainEnd).Deadline.Sub(plainEnd)
+	return end, after, later, ok
+}
+
+// reserveOf is ph's reserve as evaluated now, a nil or negative one zero.
+func reserveOf(ph Phase) time.Duration {
+	if ph.Reserve == nil {
+		return 0
+	}
+	return max(ph.Reserve(), 0)
 }
 
 // Shortfall returns by how much the budget is too small for all reserves
@@ -226,11 +326,17 @@ func (p *Plan) Shortfall() time.Duration {
 // SIGTERM, ShortfallFrom("preserve") says whether the preStop wait left
 // enough. Before the budget's deadline it is positive exactly when
 // Window(name) has to share the time left; after it, it also counts the
-// time since. It saturates at the largest Duration and panics on an unknown
+// time since. For a preStop wait that runs on past the budget's deadline
+// (see Plan) it is zero: every reserve is held. It saturates at the largest Duration and panics on an unknown
 // name, like Window.
 func (p *Plan) ShortfallFrom(name string) time.Duration {
 	i := p.mustIndex(name)
-	return overrun(p.phases[i:], time.Now(), p.budget.Deadline())
+	now, raw := time.Now(), p.budget.raw()
+	dl := raw.settled().Deadline
+	if i == 0 && p.preStopLayout(now, raw, Split(now, dl, p.phases...)[0].Deadline) != nil {
+		return 0 // the preStop wait runs on, every reserve held
+	}
+	return overrun(p.phases[i:], now, dl)
 }
 
 // Split lays phases out between start and end by the Plan's rule (see

@@ -317,7 +317,7 @@ func TestPlanLiveReserveTurningNegativeCountsAsZero(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
 		b := newBudget(t, 100*time.Second)
-		b.OnPreStop(t0)
+		b.OnSIGTERM(t0) // no preStop wait: a is a phase after SIGTERM
 		r := 10 * time.Second
 		p := newPlan(t, b, deadline.Phase{Name: "a"}, deadline.Phase{Name: "b", Reserve: func() time.Duration { return r }})
 		assert.Equal(t, t0.Add(85*time.Second), p.Deadline("a"))

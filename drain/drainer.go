@@ -215,6 +215,7 @@ type Drainer struct {
 	steps     []Step
 	phases    []deadline.Phase // the steps' phases, read once
 	plan      *deadline.Plan
+	planned   []deadline.Phase // the plan's phases: drainDeadline lays them out itself under the kubelet's own termination
 	poll      time.Duration
 	inflight  time.Duration
 	log       *slog.Logger
@@ -515,7 +516,7 @@ func (d *Drainer) makePlan(ownPreserver bool) error {
 	if short := p.Shortfall(); short > 0 {
 		return d.shortfall(short, ownPreserver)
 	}
-	d.plan = p
+	d.plan, d.planned = p, phases
 	return nil
 }
 

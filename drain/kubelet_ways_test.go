@@ -553,3 +553,38 @@ func TestSignalCauseIsNotifyContexts(t *testing.T) {
 	assert.False(t, signalCause(errors.New("the server stopped serving")))
 	assert.False(t, signalCause(nil))
 }
+
+// Under graceful node shutdown the kubelet is done at the end of its slice
+// and the node goes down then, whatever it leaves the container after
+// SIGTERM (docs/real-kubelet.md, "Graceful node shutdown"). Work that fits
+// in the kubelet's 2 s after SIGTERM (2 sandboxes of 100 ms, a 300 ms
+// step) lets the plan run a preStop wait until the kubelet gives up on the
+// hook: SIGKILL comes no sooner than 2 s after SIGTERM, whenever SIGTERM
+// comes. The node's end does not move with SIGTERM, so under the kubelet's
+// own termination (Config.KubeletGrace) the wait still ends in time for
+// that work before T0 + KubeletGrace.
+//
+//	0 ...... preStop, the pod read: no deletion, the node's end at 4 s
+//	2.3 s .. the wait ends (1 s margin, 400 ms of reserves, 300 ms for SIGTERM)
+//	2.3 s .. SIGTERM: 2 preserved, the daemon step (300 ms), exit at 2.7 s
+//	4 s .... the node goes down (the kubelet's SIGKILL would be later)
+func TestKubeletsOwnTerminationEndsTheWaitBeforeTheNodesEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stopped := false
+		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second, sandboxes: 2,
+			latency: 100 * time.Millisecond, limit: 4,
+			steps: []Step{stepOf("daemon", 300*time.Millisecond, true, func(ctx context.Context) error {
+				time.Sleep(300 * time.Millisecond) // the daemon takes its reserve to stop
+				stopped = true
+				return nil
+			})},
+			edit: func(c *Config) { c.Pod, c.KubeletGrace = podWithoutDeletion(t, 0), 4*time.Second }})
+		tl, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 4*time.Second)
+		t.Logf("timeline:\n%s", tl)
+		end := tl.Start.Add(4 * time.Second)
+		assert.False(t, tl.HookKept, "the wait ended before the kubelet gave up on it")
+		assert.True(t, tl.Exit.Before(end), "exited at T0 + %v, the node goes down at T0 + 4 s", tl.Exit.Sub(tl.Start))
+		assert.Equal(t, 2, rep.Preserve.Counts["preserved"])
+		assert.True(t, stopped, "the daemon step ran")
+	})
+}

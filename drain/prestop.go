@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/bounded"
 	"github.com/drainkit/drainkit/internal/usererr"
 	"github.com/drainkit/drainkit/pause"
@@ -112,7 +113,12 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // passed, it counts them again every PollInterval. The drain deadline is the
 // budget's deadline minus the live reserves of the later phases (the
 // preserve reserve follows the running count), so the wait always leaves
-// the SIGTERM shutdown the time it needs. The wait ends 300 ms before it,
+// the SIGTERM shutdown the time it needs; where that falls in the
+// kubelet's last 2 s before SIGKILL, which it leaves after SIGTERM
+// whenever SIGTERM comes, and the later reserves fit in them, it is the
+// budget's SIGKILL, when the kubelet gives up on the hook (deadline.Plan).
+// Not under the kubelet's own termination (Config.KubeletGrace): the node
+// goes down at its end, 2 s after SIGTERM or not. The wait ends 300 ms before it,
 // the time the kubelet may take from the hook's answer to SIGTERM (the
 // preserve phase starts at SIGTERM, and a SIGKILL fixed by a
 // deletionTimestamp or Config.KubeletGrace does not move with it), and the
@@ -260,7 +266,7 @@ func (d *Drainer) preStop(ctx context.Context, at time.Time, hookRun string, bou
 	if run == nil {
 		st := d.budget.State()
 		return PreStopSummary{Start: st.Start, Done: true, Reason: reasonSIGTERM, Running: d.Running(),
-			DrainDeadline: d.plan.Deadline(PhaseDrain), Kill: st.Kill}
+			DrainDeadline: d.drainDeadline(), Kill: st.Kill}
 	}
 	select { // an answer carries a count, unless the count outlasts the bound
 	case <-run.counted:
@@ -322,7 +328,7 @@ func (d *Drainer) startPreStop(at time.Time, hookRun string) *preStopRun {
 	d.gate.Close()
 	t0 := d.budget.Start()
 	run := &preStopRun{counted: make(chan struct{}), done: make(chan struct{}), sum: PreStopSummary{Start: t0, Reason: reasonWaiting,
-		DrainDeadline: d.plan.Deadline(PhaseDrain), Kill: d.budget.Kill()}}
+		DrainDeadline: d.drainDeadline(), Kill: d.budget.Kill()}}
 	// The termination's span starts here, at T0, and Shutdown ends it; the
 	// wait is its first phase.
 	d.rootCtx, d.root = d.tracer.Start(context.Background(), rootSpan, trace.WithTimestamp(t0))
@@ -370,9 +376,9 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 		// sleep a PollInterval past a deadline already moved.
 		changed := d.budget.Changed()
 		began := time.Now()
-		n := d.count(d.term, d.plan.Deadline(PhaseDrain))
-		took := time.Since(began)         // the next listing takes as long, a count's or the preserve phase's
-		dl := d.plan.Deadline(PhaseDrain) // read again: the count moved the preserve reserve
+		n := d.count(d.term, d.drainDeadline())
+		took := time.Since(began) // the next listing takes as long, a count's or the preserve phase's
+		dl := d.drainDeadline()   // read again: the count moved the preserve reserve
 		run.update(func(s *PreStopSummary) {
 			if n >= 0 {
 				s.Running = n
@@ -409,6 +415,21 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 		}
 		t.Stop()
 	}
+}
+
+// drainDeadline is the drain phase's deadline as if it started now: the
+// plan's (deadline.Plan lets the preStop wait run until the kubelet gives
+// up on the hook when the work after SIGTERM fits in the 2 s the kubelet
+// leaves after it, which come whenever SIGTERM comes). Under the kubelet's
+// own termination (Config.KubeletGrace, a read that found no deletion)
+// the node goes down at T0 + KubeletGrace, and does not wait for those
+// 2 s: the wait then ends by the plan's rule to the budget's deadline
+// (deadline.Split), which leaves the work its reserves before that end.
+func (d *Drainer) drainDeadline() time.Time {
+	if d.own.Load() {
+		return deadline.Split(time.Now(), d.budget.Deadline(), d.planned...)[0].Deadline
+	}
+	return d.plan.Deadline(PhaseDrain)
 }
 
 // stopReason says why waits must stop now, or "" when they need not.

@@ -50,8 +50,11 @@ func TestBudgetChangeBetweenTheWaitsReadAndItsSleepIsNotMissed(t *testing.T) {
 			moved = time.Now()
 			f.budget.Tighten(moved.Add(2 * time.Second))
 		}}
+		// 1.5 s to preserve it: more than the kubelet's 2 s after SIGTERM
+		// hold (less the budget's 1 s margin of them), so the drain
+		// deadline is the budget's less the reserve, past at 10 s.
 		f = newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 2 * time.Second, sandboxes: 1,
-			latency: 100 * time.Millisecond, limit: 1, edit: func(c *Config) { c.Logger = slog.New(h) }})
+			latency: 1500 * time.Millisecond, limit: 1, edit: func(c *Config) { c.Logger = slog.New(h) }})
 		start := time.Now()
 		call := f.callPreStop(t.Context(), "")
 		<-call.done

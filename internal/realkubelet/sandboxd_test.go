@@ -139,6 +139,22 @@ func TestRealKubeletSandboxd(t *testing.T) {
 				sigterm, rep.Phase(drain.PhaseDrain).Deadline.Sub(rep.Budget.Start))
 			assert.Equal(t, 4, rep.Preserve.Counts[pause.Preserved])
 		})
+		// A grace of 2 s: the kubelet leaves 2 s after SIGTERM whenever the
+		// hook returns (killContainer's minimumGracePeriodInSeconds), and the
+		// work after it (2 pauses of 100 ms at once, the ublk step's 500 ms,
+		// the http step's 250 ms) fits in them less the budget's 1 s margin.
+		// So the wait runs until the kubelet gives up on the hook, about
+		// T0 + 1.7 s (it ended at once: the plan took SIGKILL for T0 + 2 s
+		// whenever the wait ended), SIGTERM comes then, SIGKILL 2 s after it,
+		// and sandboxd preserves both and exits before it.
+		t.Run("grace 2 s: the wait runs on into the kubelet's 2 s after SIGTERM", func(t *testing.T) {
+			t.Parallel()
+			rep := runSandboxd(t, node, "sandboxd-floor", sandboxdCase{grace: 2, sandboxes: 2, pause: 100 * time.Millisecond, concurrency: 4})
+			assert.Equal(t, 2, rep.Preserve.Counts[pause.Preserved])
+			require.NotNil(t, rep.PreStop)
+			assert.GreaterOrEqual(t, rep.PreStop.Waited.Seconds(), 1.5, "the wait ran on into the kubelet's last 2 s")
+			assert.InDelta(t, 2.0, rep.Budget.Kill.Sub(rep.Budget.SIGTERM).Seconds(), 0.01, "SIGKILL 2 s after SIGTERM")
+		})
 		// drainhook pointed where nothing listens (a manifest's wrong port):
 		// the hook gets no drain wait and exits 1; the kubelet logs "PreStop
 		// hook failed", records FailedPreStopHook with no reason in it, and
