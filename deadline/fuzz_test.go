@@ -56,8 +56,12 @@ func decodePhases(raw []byte) []deadline.Phase {
 //     before Deadline_i; Short_i = reserve - (Deadline_i - Start_i) before
 //     the Max cut; deadlines never decrease;
 //   - Window(name) is the model over the phases from name on, Windows(name)
-//     lays them out, Split from any start to any end agrees;
-//   - Shortfall == sum of all reserves - (D - T0) when positive, else 0;
+//     lays them out, Split from any start to any end agrees; but before
+//     SIGTERM, the first phase's, the preStop wait's, is preStopModel
+//     where its rule holds (the wait run on to SIGKILL, the kubelet's 2 s
+//     after SIGTERM holding the later reserves), and ShortfallFrom it zero;
+//   - Shortfall == sum of all reserves - (D - T0) when positive, else 0,
+//     and 0 before SIGTERM where the reserves hold with the wait run on;
 //     when ShortfallFrom is zero no phase of the layout is Short, and with
 //     no Max it is positive exactly when one is (a Max-cut phase may leave
 //     the later ones enough).
@@ -157,7 +161,11 @@ func FuzzPlanInvariants(f *testing.F) {
 			checkLayout(t, "Split(T0, D)", phases, T0, D, deadline.Split(T0, D, phases...))
 			checkLayout(t, "Split(D, T0)", phases, D, T0, deadline.Split(D, T0, phases...))
 
-			if got, want := p.Shortfall(), shortfall(sumReserves(phases), T0, D); got != want {
+			want := shortfall(sumReserves(phases), T0, D)
+			if _, _, fits := preStopFitModel(phases, T0, st, c.Margin); fits && sigtermAfter < 0 {
+				want = 0 // the preStop wait run on holds them
+			}
+			if got := p.Shortfall(); got != want {
 				t.Fatalf("Shortfall = %v, want %v (reserves %v, from %v to %v)", got, want, sumReserves(phases), T0, D)
 			}
 		})
@@ -268,39 +276,17 @@ func splitModel(phases []deadline.Phase, start, end time.Time) ([]deadline.Windo
 }
 
 // preStopModel is the plan's layout from the first phase, the preStop
-// wait, before SIGTERM, in exact arithmetic, where its rule holds (ok).
-// The kubelet sends SIGKILL no sooner than 2 s after SIGTERM, which comes
-// when the hook returns or at SIGKILL as the budget st has it, when the
-// kubelet gives up on the hook. SIGTERM at t gives the budget the deadline
-// after(t): the later of SIGKILL and t + 2 s, less the margin, at most
-// half the time from t. The wait runs on until then (or its start plus
-// its Max), the later phases laid out from there to that deadline, end,
-// splitModel's way, when its own reserve fits before it, and the later
-// reserves fit in after(wait) - wait, which is no less than after(plain)
-// - plain, plain being where splitModel ends the wait. margin is
-// Config.Margin (zero: the default, of the grace in use then).
+// wait, before SIGTERM, in exact arithmetic, where its rule holds (ok):
+// where preStopFitModel says every reserve holds with the wait run on, and
+// that leaves the later phases no less time than SIGTERM at plain, where
+// splitModel ends the wait, would (after(wait) - wait >= after(plain) -
+// plain). The wait then runs until SIGKILL (or its start plus its Max),
+// and the later phases are laid out from there to after(wait), end,
+// splitModel's way. margin is Config.Margin (zero: the default).
 func preStopModel(phases []deadline.Phase, start time.Time, st deadline.State, margin time.Duration, plain time.Time) (ws []deadline.Window, open []unpinned, end time.Time, ok bool) {
-	if len(phases) < 2 {
-		return nil, nil, end, false
-	}
-	after := func(sigterm time.Time) time.Time {
-		kill := laterOf(st.Kill, sigterm.Add(deadline.MinimumGracePeriod))
-		m := margin
-		if m <= 0 {
-			m = deadline.DefaultMarginFor(min(st.Grace, kill.Sub(st.Start)))
-		}
-		return kill.Add(-min(m, kill.Sub(sigterm)/2))
-	}
-	wait := st.Kill
-	if m := phases[0].Max; m > 0 && wait.Sub(start) > m {
-		wait = start.Add(m)
-	}
-	end = after(wait)
+	wait, end, fits := preStopFitModel(phases, start, st, margin)
 	left := new(big.Int).Sub(bigNanos(end), bigNanos(wait))
-	ownFits := new(big.Int).Sub(bigNanos(wait), bigNanos(start)).Cmp(big.NewInt(int64(reserveOf(phases[0])))) >= 0
-	laterFit := left.Cmp(sumReserves(phases[1:])) >= 0
-	noLess := left.Cmp(new(big.Int).Sub(bigNanos(after(plain)), bigNanos(plain))) >= 0
-	if !ownFits || !laterFit || !noLess {
+	if !fits || left.Cmp(new(big.Int).Sub(bigNanos(afterModel(st, margin, plain)), bigNanos(plain))) < 0 {
 		return nil, nil, end, false
 	}
 	rest, restOpen := splitModel(phases[1:], wait, end)
@@ -312,6 +298,37 @@ func preStopModel(phases []deadline.Phase, start time.Time, st deadline.State, m
 		}
 	}
 	return append([]deadline.Window{first}, rest...), append([]unpinned{{hard: restOpen[0].start}}, restOpen...), end, true
+}
+
+// preStopFitModel says whether, before SIGTERM, every reserve holds with the
+// preStop wait, started at start, run on to SIGKILL as the budget st has
+// it (or its start plus its Max), wait, when the kubelet gives up on the
+// hook: its own reserve before wait, the later ones in after(wait) - wait.
+// The kubelet sends SIGKILL no sooner than 2 s after SIGTERM.
+func preStopFitModel(phases []deadline.Phase, start time.Time, st deadline.State, margin time.Duration) (wait, end time.Time, fits bool) {
+	if len(phases) < 2 {
+		return wait, end, false
+	}
+	wait = st.Kill
+	if m := phases[0].Max; m > 0 && wait.Sub(start) > m {
+		wait = start.Add(m)
+	}
+	end = afterModel(st, margin, wait)
+	ownFits := new(big.Int).Sub(bigNanos(wait), bigNanos(start)).Cmp(big.NewInt(int64(reserveOf(phases[0])))) >= 0
+	laterFit := new(big.Int).Sub(bigNanos(end), bigNanos(wait)).Cmp(sumReserves(phases[1:])) >= 0
+	return wait, end, ownFits && laterFit
+}
+
+// afterModel is the budget's deadline after SIGTERM at sigterm, at the
+// least: the later of SIGKILL as st has it and SIGTERM + 2 s, less the
+// margin (Config.Margin, or the default of the grace in use then), at most
+// half the time from SIGTERM.
+func afterModel(st deadline.State, margin time.Duration, sigterm time.Time) time.Time {
+	kill := laterOf(st.Kill, sigterm.Add(deadline.MinimumGracePeriod))
+	if margin <= 0 {
+		margin = deadline.DefaultMarginFor(min(st.Grace, kill.Sub(st.Start)))
+	}
+	return kill.Add(-min(margin, kill.Sub(sigterm)/2))
 }
 
 // firstModel is the window, Hard aside, of phases[0] starting at start

@@ -245,9 +245,9 @@ func (p *Plan) layout(now time.Time, i int) []Window {
 // Max), and the later phases are laid out from there to the deadline
 // SIGTERM then gives the budget.
 func (p *Plan) preStopLayout(now time.Time, raw State, plainEnd time.Time) []Window {
-	end, after, later, ok := p.preStopFits(now, raw, plainEnd)
-	if !ok {
-		return nil
+	end, after, later, fits := p.preStopFits(now, raw)
+	if !fits || after.Sub(end) < raw.ifSIGTERM(plainEnd).Deadline.Sub(plainEnd) {
+		return nil // a wait that ends at plainEnd leaves the later phases more: the margin whole
 	}
 	rest := split(end, after, later)
 	wait := Window{Name: p.phases[0].Name, Start: now, Deadline: end, Hard: after, Reserve: reserveOf(p.phases[0])}
@@ -261,25 +261,21 @@ func (p *Plan) preStopLayout(now time.Time, raw State, plainEnd time.Time) []Win
 }
 
 // preStopFits reports whether, before SIGTERM (raw is the budget's state),
-// the first phase, the preStop wait, started at start, may run on until
-// the kubelet gives up on the hook rather than end at plainEnd, where
-// Split to the budget's deadline ends it. The kubelet sends SIGTERM when
-// the hook returns, or when its grace runs out (raw.Kill, or later), and
-// SIGKILL no sooner than 2 s after it: killContainer raises what the hook
-// left to minimumGracePeriodInSeconds, and the budget keeps that floor
-// after SIGTERM whatever else it learns. So the wait may run on when
-// SIGTERM at raw.Kill leaves the later phases their reserves before the
-// deadline it gives the budget (State.ifSIGTERM: 2 s less a margin of at
-// most half of them), and no less time than SIGTERM at plainEnd would:
-// that is, when plainEnd already falls in the kubelet's last 2 s, or
-// SIGTERM there leaves the same floor (a grace of 1 or 2 s). A wait
-// that ends sooner keeps the margin whole. It returns the wait's end
-// (raw.Kill, or start plus its Max), the deadline SIGTERM then gives,
-// and the later phases with their reserves as evaluated here, fixed, so
-// that the wait and the later windows are laid out from the same
-// reserves. The rule does not hold once SIGTERM came, in a plan of one
-// phase, or when the wait's own reserve does not fit before its end.
-func (p *Plan) preStopFits(start time.Time, raw State, plainEnd time.Time) (end, after time.Time, later []Phase, ok bool) {
+// every reserve holds with the first phase, the preStop wait, started at
+// start, run on until the kubelet gives up on the hook. The kubelet sends
+// SIGTERM when the hook returns, or when its grace runs out (raw.Kill, or
+// later), and SIGKILL no sooner than 2 s after it: killContainer raises
+// what the hook left to minimumGracePeriodInSeconds, and the budget keeps
+// that floor after SIGTERM whatever else it learns. So the reserves hold
+// when the wait's own fits before its end and the later phases' fit in
+// what SIGTERM there leaves them before the deadline it gives the budget
+// (State.ifSIGTERM: 2 s less a margin of at most half of them). It returns
+// the wait's end (raw.Kill, or start plus its Max), the deadline SIGTERM
+// then gives, and the later phases with their reserves as evaluated here,
+// fixed, so that the wait and the later windows are laid out from the
+// same reserves. Nothing holds so once SIGTERM came, or in a plan of one
+// phase.
+func (p *Plan) preStopFits(start time.Time, raw State) (end, after time.Time, later []Phase, fits bool) {
 	if len(p.phases) < 2 || !raw.SIGTERM.IsZero() {
 		return end, after, nil, false
 	}
@@ -295,9 +291,7 @@ func (p *Plan) preStopFits(start time.Time, raw State, plainEnd time.Time) (end,
 		later[j], sum = ph, satAdd(sum, r)
 	}
 	after = raw.ifSIGTERM(end).Deadline
-	left := after.Sub(end)
-	ok = end.Sub(start) >= reserveOf(p.phases[0]) && left >= sum && left >= raw.ifSIGTERM(plainEnd).Deadline.Sub(plainEnd)
-	return end, after, later, ok
+	return end, after, later, end.Sub(start) >= reserveOf(p.phases[0]) && after.Sub(end) >= sum
 }
 
 // reserveOf is ph's reserve as evaluated now, a nil or negative one zero.
@@ -310,12 +304,19 @@ func reserveOf(ph Phase) time.Duration {
 
 // Shortfall returns by how much the budget is too small for all reserves
 // together, as of now: sum of reserves - (Deadline - T0), or zero if they
-// fit. It saturates at the largest Duration.
+// fit, there or, before SIGTERM, with the first phase, the preStop wait,
+// run on to the budget's SIGKILL, where the kubelet gives up on the hook
+// and still leaves 2 s after SIGTERM (see Plan). It saturates at the
+// largest Duration.
 func (p *Plan) Shortfall() time.Duration {
 	if p.budget == nil { // the zero Plan: no reserve to fall short of
 		return 0
 	}
-	st := p.budget.State()
+	raw := p.budget.raw()
+	st := raw.settled()
+	if _, _, _, fits := p.preStopFits(st.Start, raw); fits {
+		return 0 // the preStop wait run on to SIGKILL holds them
+	}
 	return overrun(p.phases, st.Start, st.Deadline)
 }
 

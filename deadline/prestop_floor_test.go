@@ -95,3 +95,34 @@ func TestPreStopWaitRunsAsLongAsTheKubeletsTwoSecondsAfterSIGTERMHoldTheRest(t *
 		})
 	}
 }
+
+// Plan.Shortfall counted the reserves from T0 to the budget's deadline
+// alone: a grace of 1 s leaves 500 ms after its margin, one round of 1 s
+// was 500 ms short, and drain.New refused the plan. But the kubelet leaves
+// 2 s after SIGTERM whenever the preStop hook returns (the budget keeps
+// 1 s of them), so the wait may run until the kubelet gives up on the hook
+// and the round still fits, as the plan lays it out. 1.2 s do not fit
+// either way: the shortfall stays the one from T0.
+func TestShortfallCountsTheKubeletsTwoSecondsAfterSIGTERM(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		round := time.Second
+		b := newBudget(t, time.Second)
+		p := newPlan(t, b, deadline.Phase{Name: "drain"},
+			deadline.Phase{Name: "preserve", Reserve: func() time.Duration { return round }})
+		assert.Zero(t, p.Shortfall(), "before any event (drain.New)")
+		t0 := time.Now()
+		b.OnPreStop(t0)
+		assert.Zero(t, p.Shortfall(), "at the preStop call")
+		ws := p.Windows("")
+		assert.Equal(t, time.Second, ws[0].Deadline.Sub(t0), "the wait until the kubelet gives up on the hook")
+		assert.Equal(t, round, ws[1].Deadline.Sub(ws[1].Start), "then the round")
+		assert.Zero(t, ws[1].Short)
+
+		round = 1200 * time.Millisecond
+		assert.Equal(t, 700*time.Millisecond, p.Shortfall(), "1.2 s less the 500 ms from T0 to the budget's deadline")
+
+		round = time.Second
+		b.OnSIGTERM(t0) // no wait: SIGTERM at T0, SIGKILL 2 s later
+		assert.Zero(t, p.Shortfall(), "the deadline 1 s after SIGTERM")
+	})
+}

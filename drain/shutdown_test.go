@@ -522,9 +522,11 @@ func TestNewShortfallNamesEachReserveAndItsField(t *testing.T) {
 		want  []string
 		never string
 	}{
-		{"no step", time.Second, Config{Sandboxes: node},
-			[]string{"the reserves need 500ms more than the 500ms the grace period 1s leaves after the margin 500ms:",
-				"preserve 1s (Config.Pause.Estimator: 1 round of 1s)"}, "Config.Steps"},
+		// One round of 1 s fits in a 1 s grace, the kubelet's 2 s after
+		// SIGTERM holding it (TestOneRoundThatTheKubeletsTwoSecondsAfterSIGTERMHoldIsTaken).
+		{"no step", time.Second, Config{Sandboxes: node, Pause: pause.Config{Estimator: deadline.NewEstimator(1200 * time.Millisecond)}},
+			[]string{"the reserves need 700ms more than the 500ms the grace period 1s leaves after the margin 500ms:",
+				"preserve 1.2s (Config.Pause.Estimator: 1 round of 1.2s)"}, "Config.Steps"},
 		{"a step", 2 * time.Second, Config{Sandboxes: node, Steps: []Step{step("http", 250*time.Millisecond, nop)}},
 			[]string{"need 250ms more than the 1s the grace period 2s leaves after the margin 1s:",
 				"preserve 1s (Config.Pause.Estimator: 1 round of 1s)", "Config.Steps[0] http 250ms"}, ""},

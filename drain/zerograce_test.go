@@ -78,3 +78,26 @@ func TestAZeroSpecGraceReadAtThePreStopCallCutsTheBudgetToOneSecond(t *testing.T
 		assert.Equal(t, 2, rep.Preserve.Counts[pause.Preserved])
 	})
 }
+
+// A grace of 1 s (a spec's 0 or 1, a hard eviction, kubectl delete --now)
+// and one round of preserves at 1 s: New refused it, "the reserves need
+// 500ms more than the 500ms the grace period 1s leaves after the margin",
+// counting from T0 to the budget's deadline. The kubelet leaves 2 s after
+// SIGTERM whenever the hook returns, the budget keeps 1 s of them, and the
+// round fits there.
+//
+//	0 ...... preStop: the wait runs until the kubelet gives up on it (1 s)
+//	0.7 s .. the wait ends (300 ms for SIGTERM): SIGTERM, SIGKILL due 2.7 s
+//	1.6 s .. the 900 ms preserve done, exit
+func TestOneRoundThatTheKubeletsTwoSecondsAfterSIGTERMHoldIsTaken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: time.Second, latency: time.Second, limit: 4}) // one round of 1 s
+		f.node.Add(&fakesandbox.Sandbox{Name: "sb", Latency: 900 * time.Millisecond})
+		tl, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, time.Second)
+		t.Logf("timeline:\n%s", tl)
+		assert.False(t, tl.Killed, "exited before SIGKILL")
+		assert.Equal(t, 2*time.Second, tl.KillDue.Sub(tl.SIGTERM), "the kubelet's 2 s")
+		require.NotNil(t, rep.Preserve)
+		assert.Equal(t, 1, rep.Preserve.Counts[pause.Preserved])
+	})
+}
