@@ -767,14 +767,16 @@ func (s State) settled() State {
 	return s
 }
 
-// ifSIGTERM returns the raw state s, anchored and before SIGTERM, settled
-// as SIGTERM at at (not before T0) leaves it at the least: the kubelet
-// sends SIGKILL no sooner than s.Kill (OnSIGTERM's arithmetic, from T0 or
-// the run over, only adds the fraction of a second the kubelet's
-// truncation drops; a deletionTimestamp stays) and no sooner than
-// MinimumGracePeriod after SIGTERM (killContainer raises what the hook
-// left to it). A hook abandoned early (OnHookAbandoned: a grace the
-// budget did not know) is no SIGTERM a plan can lay out for.
+// ifSIGTERM returns the raw state s, before SIGTERM (unanchored: as if
+// termination started when s was read), settled as SIGTERM at at (not
+// before T0) leaves it at the least: the kubelet sends SIGKILL no sooner
+// than s.Kill (OnSIGTERM's arithmetic, from T0 or the run over, only adds
+// the fraction of a second the kubelet's truncation drops; a
+// deletionTimestamp stays) and no sooner than MinimumGracePeriod after
+// SIGTERM (killContainer raises what the hook left to it, and the budget
+// keeps that floor whatever it learns after). A hook abandoned early
+// (OnHookAbandoned: a grace the budget did not know) is no SIGTERM a plan
+// can lay out for.
 func (s State) ifSIGTERM(at time.Time) State {
 	s.SIGTERM = at
 	s.Kill = laterOf(s.Kill, at.Add(MinimumGracePeriod))

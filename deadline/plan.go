@@ -328,8 +328,8 @@ func (p *Plan) Shortfall() time.Duration {
 // enough. Before the budget's deadline it is positive exactly when
 // Window(name) has to share the time left; after it, it also counts the
 // time since. For a preStop wait that runs on past the budget's deadline
-// (see Plan) it is zero: every reserve is held. It saturates at the largest Duration and panics on an unknown
-// name, like Window.
+// (see Plan) it is zero: every reserve is held. It saturates at the
+// largest Duration and panics on an unknown name, like Window.
 func (p *Plan) ShortfallFrom(name string) time.Duration {
 	i := p.mustIndex(name)
 	now, raw := time.Now(), p.budget.raw()
