@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"io"
 	"log/slog"
 	"net"
@@ -191,8 +192,11 @@ func TestRunscTargetTellsFailedWaitFromExit(t *testing.T) {
 	defer cancel()
 	b, err := runsc.WriteBundle(filepath.Join(dir, "b"), runsc.CounterArgs())
 	require.NoError(t, err)
-	require.NoError(t, rt.Run(ctx, "t1", b, filepath.Join(dir, "t1.log")))
-	target := rt.Target("t1")
+	// runsc names a sandbox's control socket and its cgroup by its container ID alone,
+	// whatever the --root: another test process's "t1" would share them.
+	id := "t1-" + rand.Text()[:8]
+	require.NoError(t, rt.Run(ctx, id, b, filepath.Join(dir, "t1.log")))
+	target := rt.Target(id)
 
 	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancelShort()

@@ -54,7 +54,7 @@ func checkpointAll(b *testing.B, rt *Runtime, bundles []Bundle, imgDir string, c
 	defer cancel()
 	b.StopTimer()
 	for i, bd := range bundles {
-		id := fmt.Sprint("s", i)
+		id := containerID(fmt.Sprint("s", i))
 		if err := rt.Run(ctx, id, bd, imgDir+".log"); err != nil {
 			b.Fatal(err)
 		}
@@ -67,7 +67,7 @@ func checkpointAll(b *testing.B, rt *Runtime, bundles []Bundle, imgDir string, c
 	var g errgroup.Group
 	g.SetLimit(concurrency)
 	for i := range bundles {
-		id := fmt.Sprint("s", i)
+		id := containerID(fmt.Sprint("s", i))
 		g.Go(func() error { return rt.Checkpoint(ctx, id, filepath.Join(imgDir, id)) })
 	}
 	err := g.Wait()
@@ -77,7 +77,7 @@ func checkpointAll(b *testing.B, rt *Runtime, bundles []Bundle, imgDir string, c
 		b.Fatal(err)
 	}
 	for i := range bundles {
-		if err := rt.Delete(ctx, fmt.Sprint("s", i), true); err != nil {
+		if err := rt.Delete(ctx, containerID(fmt.Sprint("s", i)), true); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -113,7 +113,7 @@ func BenchmarkPreserveRunscMix(b *testing.B) {
 	reset := func() error {
 		if live {
 			for i := range bundles {
-				if err := rt.Delete(ctx, fmt.Sprint("s", i), true); err != nil {
+				if err := rt.Delete(ctx, containerID(fmt.Sprint("s", i)), true); err != nil {
 					return err
 				}
 			}
@@ -126,7 +126,7 @@ func BenchmarkPreserveRunscMix(b *testing.B) {
 		img := fmt.Sprint(dir, "/img", runs)
 		sbs := make([]pause.Sandbox, len(bundles))
 		for i, bd := range bundles {
-			id := fmt.Sprint("s", i)
+			id := containerID(fmt.Sprint("s", i))
 			if err := rt.Run(ctx, id, bd, img+".log"); err != nil {
 				return nil, err
 			}

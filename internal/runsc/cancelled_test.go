@@ -21,12 +21,12 @@ import (
 // stops, and the error says that SIGKILL went out as the context ended, not waited for.
 func TestSIGKILLGoesOutWhenTheContextEndsAfterSIGTERM(t *testing.T) {
 	rt := realRuntime(t)
-	b := startActor(t, rt, "tight", ignoreTermArgs(), false)
+	b := startActor(t, rt, containerID("tight"), ignoreTermArgs(), false)
 	waitCounter(t, b, 0) // the trap is set before the first count
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	real := rt.Target("tight")
+	real := rt.Target(containerID("tight"))
 	target := escalate.Funcs{
 		SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
 			err := real.Signal(ctx, sig)
@@ -49,7 +49,7 @@ func TestSIGKILLGoesOutWhenTheContextEndsAfterSIGTERM(t *testing.T) {
 	assert.NotContains(t, err.Error(), "even after SIGKILL")
 	assert.Less(t, elapsed, 20*time.Second, "neither wait ran on: the context had ended")
 	// The sandbox, which ignores SIGTERM, ends only by that SIGKILL: before, it ran on.
-	stopped := func() bool { gone, _ := rt.Exited(context.Background(), "tight"); return gone }
+	stopped := func() bool { gone, _ := rt.Exited(context.Background(), containerID("tight")); return gone }
 	returned := time.Now()
 	if assert.Eventually(t, stopped, 20*time.Second, 50*time.Millisecond, "the SIGKILL reached the sandbox") {
 		t.Logf("stopped %v after Stop returned", time.Since(returned))
@@ -72,14 +72,14 @@ func TestSIGKILLGoesOutWhenTheContextEndsAfterSIGTERM(t *testing.T) {
 // deadline as it did the 1 s.
 func TestHungSIGTERMSendLeavesTheKillWait(t *testing.T) {
 	rt := realRuntime(t)
-	b := startActor(t, rt, "hung", CounterArgs(), false)
+	b := startActor(t, rt, containerID("hung"), CounterArgs(), false)
 	waitCounter(t, b, 0)
 	hung := wrappedRuntime(t, rt, `case " $* " in *" kill "*" 15 "*) exec sleep 3600 ;; esac`)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second) // SIGKILL at 2 s
 	defer cancel()
 	start := time.Now()
-	exit, err := escalate.Policy{TermWait: 2 * time.Second, KillWait: 10 * time.Second}.Stop(ctx, hung.Target("hung"))
+	exit, err := escalate.Policy{TermWait: 2 * time.Second, KillWait: 10 * time.Second}.Stop(ctx, hung.Target(containerID("hung")))
 	t.Logf("Stop returned after %v", time.Since(start).Round(time.Millisecond))
 	t.Logf("Stop: %s: %v", exit, err)
 	assert.Equal(t, escalate.ExitedAfterKill, exit, "SIGKILL went out on time and its end was seen")

@@ -41,10 +41,10 @@ func runningCounterCheckpoint(t *testing.T) string {
 	dir := t.TempDir()
 	b, err := WriteBundle(filepath.Join(dir, "b"), CounterArgs())
 	require.NoError(t, err)
-	require.NoError(t, rt.Run(ctx, "counts", b, filepath.Join(dir, "log")))
+	require.NoError(t, rt.Run(ctx, containerID("counts"), b, filepath.Join(dir, "log")))
 	waitCounter(t, b, 0)
 	img := filepath.Join(dir, "img")
-	require.NoError(t, rt.Checkpoint(ctx, "counts", img))
+	require.NoError(t, rt.Checkpoint(ctx, containerID("counts"), img))
 	return img
 }
 

@@ -71,7 +71,7 @@ func TestCheckpointWhoseClientAndSandboxAreKilledMidSaveIsNotMade(t *testing.T) 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	id := "killedboth"
+	id := containerID("killedboth")
 	runCounter(ctx, t, rt, dir, id)
 	st, err := rt.State(ctx, id)
 	require.NoError(t, err)
@@ -113,7 +113,7 @@ func TestCheckpointWhoseClientIsKilledIsJudgedByWhatRunscLeft(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	id := "killed"
+	id := containerID("killed")
 	b, logPath := runCounter(ctx, t, rt, dir, id)
 	st, err := rt.State(ctx, id)
 	require.NoError(t, err)
@@ -139,7 +139,7 @@ func TestCheckpointWhoseClientIsKilledOnAFullVolumeIsNotMade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	id := "killedfull"
+	id := containerID("killedfull")
 	runCounter(ctx, t, rt, dir, id)
 	st, err := rt.State(ctx, id)
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package runsc
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -321,6 +322,21 @@ func realRuntime(t testing.TB) *Runtime {
 	return rt
 }
 
+// containerID is the ID of this test process's real container called name: name, then
+// a tag drawn once per process. runsc names a sandbox's control socket
+// (@runsc-sandbox.ID, in its network namespace) and its cgroup (/ID at the root of every
+// hierarchy, for a spec with no cgroupsPath, as WriteBundle writes it) by the ID alone,
+// whatever its --root. Two test processes at once (this package's tests in two
+// worktrees, two CI jobs on one runner) that both ran "s" made the second's run fail,
+// "address already in use"; where their network namespaces differ, both sandboxes share
+// one cgroup (throttled together by the CPU quota the "slow" test sets), and the
+// first's delete fails once it cannot remove it.
+func containerID(name string) string { return name + "-" + processTag }
+
+// processTag tells this test process's containers from another's: random, not the PID,
+// which another PID namespace may give a concurrent test process too.
+var processTag = rand.Text()[:8]
+
 // waitCounter waits until the bundle's counter is above min and returns it.
 func waitCounter(t testing.TB, b Bundle, min int) int {
 	var n int
@@ -345,23 +361,24 @@ func TestCheckpointRestoreResumesCounter(t *testing.T) {
 	b, err := WriteBundle(filepath.Join(dir, "b"), CounterArgs())
 	require.NoError(t, err)
 	logPath := filepath.Join(dir, "s.log")
+	id := containerID("s")
 
-	require.NoError(t, rt.Run(ctx, "s", b, logPath))
-	st, err := rt.State(ctx, "s")
+	require.NoError(t, rt.Run(ctx, id, b, logPath))
+	st, err := rt.State(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, "running", st.Status)
 	waitCounter(t, b, 3)
 
 	img := filepath.Join(dir, "img")
-	require.NoError(t, rt.Checkpoint(ctx, "s", img))
-	st, err = rt.State(ctx, "s")
+	require.NoError(t, rt.Checkpoint(ctx, id, img))
+	st, err = rt.State(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, "stopped", st.Status)
 	saved, err := b.Counter()
 	require.NoError(t, err)
-	require.NoError(t, rt.Delete(ctx, "s", false))
+	require.NoError(t, rt.Delete(ctx, id, false))
 
-	require.NoError(t, rt.Restore(ctx, "s", b, img, logPath))
+	require.NoError(t, rt.Restore(ctx, id, b, img, logPath))
 	next := waitCounter(t, b, saved)
 	waitCounter(t, b, next)
 	counts, err := b.Counts()
@@ -376,23 +393,24 @@ func TestKillAndWaitReportSignalExit(t *testing.T) {
 	dir := t.TempDir()
 	b, err := WriteBundle(filepath.Join(dir, "b"), CounterArgs())
 	require.NoError(t, err)
+	id := containerID("k")
 
 	// runsc wait reports the exit status only to a waiter attached before the exit; a
 	// machine slow enough to start the wait after the kill gets another try.
 	var status int
 	for attempt := 1; ; attempt++ {
-		require.NoError(t, rt.Run(ctx, "k", b, filepath.Join(dir, "k.log")))
+		require.NoError(t, rt.Run(ctx, id, b, filepath.Join(dir, "k.log")))
 		waited := make(chan error, 1)
 		go func() {
 			var err error
-			status, err = rt.Wait(ctx, "k")
+			status, err = rt.Wait(ctx, id)
 			waited <- err
 		}()
 		waitCounter(t, b, 5)
-		require.NoError(t, rt.Kill(ctx, "k", syscall.SIGKILL, true))
+		require.NoError(t, rt.Kill(ctx, id, syscall.SIGKILL, true))
 		err := <-waited
 		if err != nil && strings.Contains(err.Error(), "exit status is unavailable") && attempt < 3 {
-			require.NoError(t, rt.Delete(ctx, "k", true))
+			require.NoError(t, rt.Delete(ctx, id, true))
 			require.NoError(t, os.Remove(filepath.Join(b.Rootfs(), CounterFile)))
 			continue
 		}
@@ -401,11 +419,11 @@ func TestKillAndWaitReportSignalExit(t *testing.T) {
 	}
 	assert.Equal(t, 128+int(syscall.SIGKILL), status)
 
-	require.NoError(t, rt.Delete(ctx, "k", false))
-	_, err = rt.State(ctx, "k")
+	require.NoError(t, rt.Delete(ctx, id, false))
+	_, err = rt.State(ctx, id)
 	require.ErrorIs(t, err, ErrNotExist)
 	ids, err := rt.List(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, ids)
-	require.True(t, errors.Is(rt.Kill(ctx, "k", syscall.SIGTERM, false), ErrNotExist))
+	require.True(t, errors.Is(rt.Kill(ctx, id, syscall.SIGTERM, false), ErrNotExist))
 }

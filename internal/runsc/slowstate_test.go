@@ -61,7 +61,7 @@ func TestUnreapedSandboxGoneAtSIGKILLIsSeenWithoutRunscState(t *testing.T) {
 	b, err := WriteBundle(filepath.Join(t.TempDir(), "b"), CounterArgs()) // ends at SIGTERM
 	require.NoError(t, err)
 
-	res := runReaper(t, slowStateRuntime(t, rt), "zombie", b, "noreap-window")
+	res := runReaper(t, slowStateRuntime(t, rt), containerID("zombie"), b, "noreap-window")
 	assert.Zero(t, res.Reaped)
 	assert.Equal(t, escalate.Exited, res.Exit, "SIGTERM ended it, and the kernel says so: %s", res.Err)
 	assert.Empty(t, res.Err)
@@ -84,7 +84,7 @@ func TestSandboxGoneAtASIGKILLWhoseStatusIsLostIsSeen(t *testing.T) {
 	b, err := WriteBundle(filepath.Join(t.TempDir(), "b"), CounterArgs()) // ends at SIGTERM
 	require.NoError(t, err)
 
-	res := runReaper(t, slowStateRuntime(t, rt), "lost", b, "lost-window")
+	res := runReaper(t, slowStateRuntime(t, rt), containerID("lost"), b, "lost-window")
 	assert.Equal(t, escalate.Exited, res.Exit, "SIGTERM ended it, and SIGKILL's refusal says so: %s", res.Err)
 	assert.Empty(t, res.Err)
 	assert.Less(t, res.Elapsed, slowWindow, "seen within the window, not cut at its end")
@@ -96,11 +96,11 @@ func TestSandboxGoneAtASIGKILLWhoseStatusIsLostIsSeen(t *testing.T) {
 // "connection refused", and asked runsc state.
 func TestSandboxGoneAtSIGKILLIsSeenWithoutRunscState(t *testing.T) {
 	rt := realRuntime(t)
-	startActor(t, rt, "gone", CounterArgs(), false) // ends at SIGTERM: no handler
+	startActor(t, rt, containerID("gone"), CounterArgs(), false) // ends at SIGTERM: no handler
 	ctx, cancel := context.WithTimeout(context.Background(), slowWindow)
 	defer cancel()
 
-	exit, err := escalate.Policy{}.Stop(ctx, slowStateRuntime(t, rt).Target("gone"))
+	exit, err := escalate.Policy{}.Stop(ctx, slowStateRuntime(t, rt).Target(containerID("gone")))
 	assert.NoError(t, err)
 	assert.Equal(t, escalate.Exited, exit, "SIGTERM ended it, and runsc says so")
 	assert.NoError(t, ctx.Err(), "seen within the window, not at its end")
@@ -156,7 +156,7 @@ func TestSandboxGoneBeforeItsFailedWaitIsSeenWithoutRunscState(t *testing.T) {
 	require.NoError(t, err)
 	dir := t.TempDir()
 
-	res := runReaper(t, lateWaitRuntime(t, rt, dir), "late", b, "reap-window")
+	res := runReaper(t, lateWaitRuntime(t, rt, dir), containerID("late"), b, "reap-window")
 	// The wait after SIGTERM also watches the sandbox's process for a zombie, which
 	// ends it before its runsc wait fails when it sees one (1 run of 11 on a 2-core VM):
 	// the exit is seen then, as the assertions below require all the same.

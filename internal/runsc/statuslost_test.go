@@ -117,19 +117,19 @@ func TestCheckpointWhoseStatusIsLostIsJudgedByWhatRunscLeft(t *testing.T) {
 	dir := t.TempDir()
 
 	t.Run("made", func(t *testing.T) {
-		b, logPath := runCounter(ctx, t, rt, dir, "ok")
+		b, logPath := runCounter(ctx, t, rt, dir, containerID("ok"))
 		img := filepath.Join(dir, "ok-img")
 
-		res := checkpointStatusLost(t, rt, "ok", img)
+		res := checkpointStatusLost(t, rt, containerID("ok"), img)
 		require.Empty(t, res.Err, "before: ErrStatusLost for a checkpoint made")
-		restoresFrom(ctx, t, rt, "ok", b, img, logPath)
+		restoresFrom(ctx, t, rt, containerID("ok"), b, img, logPath)
 		counts, err := b.Counts()
 		require.NoError(t, err)
 		assert.True(t, ConsecutiveFromOne(counts), "restored from the image, the counter goes on: %v", counts)
 	})
 
 	t.Run("failed", func(t *testing.T) {
-		runCounter(ctx, t, rt, dir, "full")
+		runCounter(ctx, t, rt, dir, containerID("full"))
 		img := filepath.Join(dir, "full-img")
 		require.NoError(t, os.MkdirAll(img, 0o700))
 		if err := syscall.Mount("tmpfs", img, "tmpfs", 0, "size=4k"); err != nil {
@@ -137,7 +137,7 @@ func TestCheckpointWhoseStatusIsLostIsJudgedByWhatRunscLeft(t *testing.T) {
 		}
 		defer func() { _ = syscall.Unmount(img, syscall.MNT_DETACH) }()
 
-		res := checkpointStatusLost(t, rt, "full", img)
+		res := checkpointStatusLost(t, rt, containerID("full"), img)
 		assert.True(t, res.Lost, "%+v", res)
 		assert.Contains(t, res.Err, "no space left on device", "runsc's message kept")
 	})
@@ -199,7 +199,7 @@ func TestCheckpointWhoseStatusIsLostWaitsForAThrottledSandboxToStop(t *testing.T
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	id := "slow" // without the wait, the first of each run measured failed
+	id := containerID("slow") // without the wait, the first of each run measured failed
 	b, logPath := runCounter(ctx, t, rt, dir, id)
 	st, err := rt.State(ctx, id)
 	require.NoError(t, err)
@@ -292,18 +292,18 @@ func TestRunAndRestoreWhoseStatusIsLostAreJudgedByWhatRunscLeft(t *testing.T) {
 	require.NoError(t, err)
 	logPath := filepath.Join(dir, "lost.log")
 
-	res := autoReap(t, "run", rt.Root, "lost", b.Dir, logPath)
+	res := autoReap(t, "run", rt.Root, containerID("lost"), b.Dir, logPath)
 	require.Len(t, res, 1)
 	require.Empty(t, res[0].Err, "before: ErrStatusLost for a container that runs")
 	saved := waitCounter(t, b, 2)
 	img := filepath.Join(dir, "lost-img")
-	require.NoError(t, rt.Checkpoint(ctx, "lost", img))
-	require.NoError(t, rt.Delete(ctx, "lost", false))
+	require.NoError(t, rt.Checkpoint(ctx, containerID("lost"), img))
+	require.NoError(t, rt.Delete(ctx, containerID("lost"), false))
 
-	res = autoReap(t, "restore", rt.Root, "lost", b.Dir, img, logPath)
+	res = autoReap(t, "restore", rt.Root, containerID("lost"), b.Dir, img, logPath)
 	require.Len(t, res, 1)
 	require.Empty(t, res[0].Err, "before: ErrStatusLost for a restore that runs")
-	st, err := rt.State(ctx, "lost")
+	st, err := rt.State(ctx, containerID("lost"))
 	require.NoError(t, err)
 	assert.Equal(t, "running", st.Status)
 	waitCounter(t, b, saved+1)
@@ -312,9 +312,9 @@ func TestRunAndRestoreWhoseStatusIsLostAreJudgedByWhatRunscLeft(t *testing.T) {
 	assert.True(t, ConsecutiveFromOne(counts), "restored from the image, the counter goes on: %v", counts)
 
 	// A restore that fails leaves no container: still ErrStatusLost, runsc's words kept.
-	require.NoError(t, rt.Delete(ctx, "lost", true))
+	require.NoError(t, rt.Delete(ctx, containerID("lost"), true))
 	require.NoError(t, os.Truncate(filepath.Join(img, "checkpoint.img"), 0))
-	res = autoReap(t, "restore", rt.Root, "lost", b.Dir, img, logPath)
+	res = autoReap(t, "restore", rt.Root, containerID("lost"), b.Dir, img, logPath)
 	require.Len(t, res, 1)
 	assert.True(t, res[0].Lost, "%+v", res[0])
 	assert.Contains(t, res[0].Err, "file cannot be empty", "runsc's message kept")

@@ -23,7 +23,7 @@ func TestCheckpointReturnsOnceTheContainerIsStopped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	id := "slowstop"
+	id := containerID("slowstop")
 	b, logPath := runCounter(ctx, t, rt, dir, id)
 	st, err := rt.State(ctx, id)
 	require.NoError(t, err)

@@ -28,17 +28,17 @@ import (
 // state not saved.
 func TestStoppedInitIsContinuedAndSavesOnSIGTERM(t *testing.T) {
 	rt := realRuntime(t)
-	b := startActor(t, rt, "stopped", []string{"/bin/sh", "-c", `mkfifo /tmp/f && exec 3<>/tmp/f
+	b := startActor(t, rt, containerID("stopped"), []string{"/bin/sh", "-c", `mkfifo /tmp/f && exec 3<>/tmp/f
 trap 'echo saved > /saved; exit 0' TERM
 echo ready > /ready
 while true; do read -t 0.1 x <&3; done`}, true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	require.NoError(t, rt.Kill(ctx, "stopped", syscall.SIGSTOP, false))
-	waitInitStopped(t, rt, "stopped")
+	require.NoError(t, rt.Kill(ctx, containerID("stopped"), syscall.SIGSTOP, false))
+	waitInitStopped(t, rt, containerID("stopped"))
 
 	start := time.Now()
-	exit, err := escalate.Policy{TermWait: 5 * time.Second, KillWait: 2 * time.Second}.Stop(ctx, rt.Target("stopped"))
+	exit, err := escalate.Policy{TermWait: 5 * time.Second, KillWait: 2 * time.Second}.Stop(ctx, rt.Target(containerID("stopped")))
 	t.Logf("%s after %v", exit, time.Since(start).Round(time.Millisecond))
 	require.NoError(t, err)
 	assert.Equal(t, escalate.Exited, exit, "ended by its SIGTERM, not killed")

@@ -145,13 +145,13 @@ func TestStolenWaitStillKillsASandboxIgnoringSIGTERM(t *testing.T) {
 	b, err := WriteBundle(filepath.Join(dir, "b"), ignoreTermArgs())
 	require.NoError(t, err)
 
-	res := runReaper(t, rt, "stubborn", b, "reap")
+	res := runReaper(t, rt, containerID("stubborn"), b, "reap")
 
 	assert.Positive(t, res.Reaped, "the reaper collected runsc's children")
 	assert.Equal(t, escalate.ExitedAfterKill, res.Exit, "SIGKILL was sent and its effect seen: %s", res.Err)
 	assert.GreaterOrEqual(t, res.Elapsed, reaperGrace, "the grace is given in full")
 	assert.Less(t, res.Elapsed, reaperGrace+reaperKillWait, "killed within its window")
-	st, err := rt.State(context.Background(), "stubborn")
+	st, err := rt.State(context.Background(), containerID("stubborn"))
 	require.NoError(t, err)
 	assert.Equal(t, "stopped", st.Status)
 }
@@ -199,12 +199,12 @@ func TestUnreapedSandboxThatExitedOnSIGTERMHasExited(t *testing.T) {
 	b, err := WriteBundle(filepath.Join(t.TempDir(), "b"), CounterArgs())
 	require.NoError(t, err)
 
-	res := runReaper(t, rt, "unreaped", b, "noreap")
+	res := runReaper(t, rt, containerID("unreaped"), b, "noreap")
 	assert.Zero(t, res.Reaped)
 	assert.Equal(t, escalate.Exited, res.Exit, "SIGTERM ended it, and its zombie says so: %s", res.Err)
 	assert.Empty(t, res.Err)
 	assert.Less(t, res.Elapsed, unreapedGrace, "the wait after SIGTERM saw the exit; it did not run out")
-	st, err := rt.State(context.Background(), "unreaped")
+	st, err := rt.State(context.Background(), containerID("unreaped"))
 	require.NoError(t, err)
 	assert.Equal(t, "stopped", st.Status, "reaped once the reaper exited")
 }
@@ -327,11 +327,11 @@ func startActor(t *testing.T, rt *Runtime, id string, args []string, ready bool)
 // now goes to the init; SIGKILL still to every process.
 func TestSIGTERMGoesToTheInitWhichHasItsChildSave(t *testing.T) {
 	rt := realRuntime(t)
-	b := startActor(t, rt, "actor", saveViaChildArgs(), true)
+	b := startActor(t, rt, containerID("actor"), saveViaChildArgs(), true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	exit, err := escalate.Policy{TermWait: 20 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, rt.Target("actor"))
+	exit, err := escalate.Policy{TermWait: 20 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, rt.Target(containerID("actor")))
 	require.NoError(t, err)
 	assert.Equal(t, escalate.Exited, exit, "ended by its SIGTERM, not killed")
 	saved, err := os.ReadFile(filepath.Join(b.Rootfs(), "saved"))
@@ -344,11 +344,11 @@ func TestSIGTERMGoesToTheInitWhichHasItsChildSave(t *testing.T) {
 // with --all).
 func TestInitWithNoSIGTERMHandlerEndsAtSIGTERM(t *testing.T) {
 	rt := realRuntime(t)
-	startActor(t, rt, "sleeper", []string{"/bin/sleep", "3600"}, false)
+	startActor(t, rt, containerID("sleeper"), []string{"/bin/sleep", "3600"}, false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	exit, err := escalate.Policy{TermWait: 20 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, rt.Target("sleeper"))
+	exit, err := escalate.Policy{TermWait: 20 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, rt.Target(containerID("sleeper")))
 	require.NoError(t, err)
 	assert.Equal(t, escalate.Exited, exit, "SIGTERM ended it; SIGKILL was not needed")
 }

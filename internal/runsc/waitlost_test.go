@@ -52,7 +52,7 @@ func TestWaitWhoseStatusIsLostReadsTheExitRunscWrote(t *testing.T) {
 	require.NoError(t, err)
 	dir := t.TempDir()
 
-	res := runReaper(t, waitLostRuntime(t, rt, dir), "waitlost", b, "lost-late-window")
+	res := runReaper(t, waitLostRuntime(t, rt, dir), containerID("waitlost"), b, "lost-late-window")
 	_, werr := os.Stat(filepath.Join(dir, "waited"))
 	require.NoError(t, werr, "no runsc wait ran")
 	assertExitedOnSIGTERMAlone(t, res, dir, "runsc wait had seen the exit")

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -138,7 +139,9 @@ func TestSandboxWhoseWorkloadExitedIsNotExplainedAsKilled(t *testing.T) {
 	_, rt, _ := newRunscNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	const id = "exits"
+	// runsc names a sandbox's control socket and its cgroup by its container ID alone,
+	// whatever the --root: another test process's "exits" would share them.
+	id := "exits-" + rand.Text()[:8]
 	require.NoError(t, os.MkdirAll(filepath.Join(rt.Dir, "logs"), 0o700))
 	b, err := runsc.WriteBundle(rt.Bundle(id).Dir, []string{"/bin/sh", "-c", "exit 3"})
 	require.NoError(t, err)
