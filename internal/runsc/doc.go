@@ -25,7 +25,14 @@
 // by default) even if a child still holds its output. Each runsc runs in a process group
 // of its own, so a terminal's Ctrl-C reaches the program that runs it, not runsc halfway
 // through a restore. Every Runtime has its own --root
-// state directory, so Runtimes in parallel tests never see each other's sandboxes.
+// state directory, so Runtimes in parallel tests never see each other's sandboxes in
+// runsc's state; but runsc names a sandbox's control socket (@runsc-sandbox.ID, in its
+// network namespace) and its cgroup (/ID at the root of every hierarchy, for a bundle
+// with no cgroupsPath, as WriteBundle writes it) by the container ID alone: two Runtimes
+// must not run one ID at once (the second's run fails, "address already in use", or, in
+// another network namespace, shares the cgroup). runsc removes the cgroup at `runsc
+// delete`; [Forget] removes, with a dead namespace's state, the cgroups its containers
+// left.
 //
 // Flags that work on the Debian bookworm package (runsc 0.0~20221219) as root on a
 // 2-core VM without /dev/kvm: the default ptrace platform, --network=none, cgroups left on.

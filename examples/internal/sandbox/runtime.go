@@ -367,10 +367,12 @@ func initStart(ns string) (uint64, bool) {
 }
 
 // forgetOtherNamespaces removes the runsc state that other PID namespaces left under
-// dir/root. It signals nothing: the processes it names are not this namespace's to
-// signal, and they died with their namespace (a pod's container ends with its PID 1).
-// That holds only under the state directory's lock (NewRuntime): the server that held
-// it before has exited.
+// dir/root, with the empty cgroups runsc made for their containers (runsc.Forget): a
+// drain leaves its checkpointed sandboxes undeleted, and their cgroups stayed for good,
+// the restore of each joining its own and leaving it. It signals nothing: the processes
+// it names are not this namespace's to signal, and they died with their namespace (a
+// pod's container ends with its PID 1). That holds only under the state directory's lock
+// (NewRuntime): the server that held it before has exited.
 func (r *Runsc) forgetOtherNamespaces() error {
 	parent := filepath.Dir(r.Runtime.Root)
 	entries, err := os.ReadDir(parent)
@@ -383,7 +385,7 @@ func (r *Runsc) forgetOtherNamespaces() error {
 	var errs []error
 	for _, e := range entries {
 		if path := filepath.Join(parent, e.Name()); path != r.Runtime.Root {
-			errs = append(errs, os.RemoveAll(path))
+			errs = append(errs, runsc.Forget(path))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
