@@ -136,7 +136,10 @@ func (r *Runtime) Restore(ctx context.Context, id string, b Bundle, imageDir, lo
 // A runsc client killed by a signal that was not ctx's (the kernel's OOM killer, a
 // person) is judged the same way: once the save has reached the sandbox, gVisor ends it
 // and stops the container without its client (measured: killed 0.4 s into a save, the
-// container stopped 1.5 s later with an image that restores). A killed client writes no
+// container stopped 1.5 s later with an image that restores). Once the save has written
+// bytes into imageDir, that stop is waited for however long the save takes, not
+// StopWait, and not past ctx, as the client would have waited: a save longer than
+// StopWait (a sandbox of a few GB) was "not checkpointed" while it went on. A killed client writes no
 // failure either, so a container that stopped on an images volume left with no space is
 // taken for a save that failed for want of it (its error says "no space left on
 // device"), never for a checkpoint made; nor is one whose image is cut short (its
@@ -188,7 +191,7 @@ func (r *Runtime) checkpoint(ctx context.Context, id, imageDir string, awaitMade
 		// save is made whatever the wait finds: a wait cut by ctx (the hard deadline)
 		// must not turn a written image into a failed checkpoint.
 		if awaitMade {
-			_ = r.awaitStop(ctx, id)
+			_ = r.awaitStop(ctx, id, StopWait)
 		}
 		return nil
 	}
@@ -213,7 +216,16 @@ func (r *Runtime) checkpoint(ctx context.Context, id, imageDir string, awaitMade
 	if !errors.Is(err, ErrStatusLost) && !killed || len(bytes.TrimSpace(msg)) > 0 {
 		return err
 	}
-	if serr := r.awaitStop(ctx, id); serr != nil {
+	bound := StopWait
+	if killed && saveBegun(imageDir) {
+		// The save reached the sandbox, which ends it whatever became of its client and
+		// stops the container then, however long it takes (a sandbox of a few GB takes
+		// longer than StopWait): waited for as the client would have. Judged at
+		// StopWait, a save still going was "not checkpointed", and a caller's retry
+		// removed the image it was writing: the sandbox lost, its image whole.
+		bound = 0
+	}
+	if serr := r.awaitStop(ctx, id, bound); serr != nil {
 		return fmt.Errorf("%w; runsc wrote no failure, but %w: not checkpointed", err, serr)
 	}
 	if killed && noSpaceLeft(imageDir) {
@@ -284,6 +296,19 @@ func killedBySignal(ctx context.Context, err error) bool {
 	return ok && ws.Signaled()
 }
 
+// saveBegun reports whether a checkpoint's save reached the sandbox: a file in imageDir
+// holds bytes, which only the sandbox's save writes (runsc's client creates the image
+// file empty).
+func saveBegun(imageDir string) bool {
+	entries, _ := os.ReadDir(imageDir)
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // noSpaceLeft reports whether the volume of dir has no space left for an ordinary
 // writer: what a save that failed for want of space leaves.
 func noSpaceLeft(dir string) bool {
@@ -296,10 +321,14 @@ func noSpaceLeft(dir string) bool {
 // that wrote no failure.
 const StopWait = 10 * time.Second
 
-// awaitStop waits, at most StopWait (and not past ctx), for container id to have exited
-// (Exited), asking every zombiePoll; an error says why it is not known to have.
-func (r *Runtime) awaitStop(ctx context.Context, id string) error {
-	wctx, cancel := context.WithTimeout(ctx, StopWait)
+// awaitStop waits, at most bound (0: no bound of its own) and not past ctx, for container
+// id to have exited (Exited), asking every zombiePoll; an error says why it is not known
+// to have.
+func (r *Runtime) awaitStop(ctx context.Context, id string, bound time.Duration) error {
+	wctx, cancel := context.WithCancel(ctx)
+	if bound > 0 {
+		wctx, cancel = context.WithTimeout(ctx, bound)
+	}
 	defer cancel()
 	tick := time.NewTicker(zombiePoll)
 	defer tick.Stop()
@@ -308,8 +337,10 @@ func (r *Runtime) awaitStop(ctx context.Context, id string) error {
 		switch {
 		case stopped:
 			return nil
+		case wctx.Err() != nil && bound > 0:
+			return fmt.Errorf("the container had not stopped after %v (%w)", bound, context.Cause(wctx))
 		case wctx.Err() != nil:
-			return fmt.Errorf("the container had not stopped after %v (%w)", StopWait, context.Cause(wctx))
+			return fmt.Errorf("the container had not stopped when the wait ended (%w)", context.Cause(wctx))
 		case err != nil && !errors.Is(err, ErrStatusLost):
 			return fmt.Errorf("its state cannot say whether the checkpoint stopped the container: %w", err)
 		}
