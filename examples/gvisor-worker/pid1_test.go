@@ -36,6 +36,7 @@ func TestAsPID1RestoresInTheSamePodWithNoZombieLeft(t *testing.T) {
 		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
 	}
 	dir := t.TempDir()
+	forgetRunscState(t, dir) // after PID 1's kill: its sandboxes, checkpointed at SIGTERM, left their cgroups
 	termLog := filepath.Join(dir, "termination-log")
 	cmd := exec.Command(os.Args[0], "-state-dir", dir, "-grace", "20s", "-runtime", "runsc",
 		"-pause-latency", "1s", "-termination-log", termLog)
@@ -44,7 +45,7 @@ func TestAsPID1RestoresInTheSamePodWithNoZombieLeft(t *testing.T) {
 	cmd.Stderr = &stderr
 	// The cleanup's SIGKILL to PID 1 kills every process of its namespace: the sandboxes
 	// too. Their runsc state (under the namespace's own root) goes with the temporary
-	// directory.
+	// directory, their cgroups with forgetRunscState.
 	p := pid1test.StartPID1(t, cmd)
 	sock := filepath.Join(dir, "worker.sock")
 	waitSocket(t, sock, &stderr)
