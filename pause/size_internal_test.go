@@ -2,13 +2,10 @@ package pause
 
 import (
 	"context"
-	"flag"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/metrics"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,9 +40,12 @@ func (sizeNoop) Preserve(ctx context.Context) error { return nil }
 // 46 → 44 with deadlines too) and a Run under a context nothing cancels,
 // given no deadline, made one context where it made the phase's and the
 // Preserves' apart (four).
+//
+// Under -race it measures in a build without the race detector, whose
+// allocations are not a user's (withoutRace).
 func TestRunOfTenAllocations(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector's own allocations")
+	if !withoutRace(t) {
+		return
 	}
 	list := make([]Sandbox, 10)
 	for i := range list {
@@ -112,10 +112,9 @@ func (s stackNoop) Preserve(context.Context) error {
 // a larger one, which no preserve grows, recover or not: the test passed with
 // recover called on every preserve (docs/faults.md row 2261), and a GC
 // that shrank a worker's stack mid-Run moved its next Preserve elsewhere.
+// Under -race the child is a build without the race detector, whose
+// frames are larger (withoutRace).
 func TestAWorkerPreservesNoOpsOnItsFirstStack(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector's frames are larger")
-	}
 	if !onFirstStacks(t) {
 		return
 	}
@@ -160,28 +159,24 @@ const firstStacksChild = "DRAINKIT_PAUSE_FIRST_STACKS"
 
 // onFirstStacks reports whether t runs in a process whose goroutines all
 // start on the runtime's least stack, 2 KiB, so that a worker's stack that
-// grows is seen. Otherwise it runs t alone in a child process of this test
-// binary that does, fails t with the child's output if the child fails,
-// and reports false: t is over.
+// grows is seen, and which has no race detector. Otherwise it runs t alone
+// in a child process that does, of this test binary or, under -race, of
+// this package's tests built without it (binaryWithoutRace), fails t with
+// the child's output if the child fails, and reports false: t is over.
 func onFirstStacks(t *testing.T) bool {
 	t.Helper()
-	if os.Getenv(firstStacksChild) != "" {
+	if os.Getenv(firstStacksChild) != "" && !raceEnabled {
 		return true
 	}
-	args := []string{"-test.run=^" + t.Name() + "$", "-test.count=1", "-test.v"}
-	if f := flag.Lookup("test.gocoverdir"); f != nil && f.Value.String() != "" { // go test -cover counts the child's too
-		args = append(args, "-test.gocoverdir="+f.Value.String())
+	bin := os.Args[0]
+	if raceEnabled {
+		bin = binaryWithoutRace(t)
 	}
-	cmd := exec.Command(os.Args[0], args...)
 	godebug := "adaptivestackstart=0" // last: the runtime takes the last setting of a key
 	if was := os.Getenv("GODEBUG"); was != "" {
 		godebug = was + "," + godebug
 	}
-	cmd.Env = append(os.Environ(), firstStacksChild+"=1", "GODEBUG="+godebug)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-		t.Fatalf("%s in a child process whose goroutines start on 2 KiB: %v\n%s", t.Name(), err, out)
-	}
+	runAlone(t, bin, "in a child process whose goroutines start on 2 KiB", firstStacksChild+"=1", "GODEBUG="+godebug)
 	return false
 }
 
