@@ -168,11 +168,12 @@ func (r *run) bestThroughput() slog.Attr {
 	return slog.Float64("best_throughput_sandboxes_per_s", perSecond*float64(r.startedN)/r.startedUnits)
 }
 
-// poke wakes the dispatcher waiting for room below the limit or for a
-// worker to end.
+// poke wakes the Run goroutine (see run.wake): the dispatcher waiting for
+// room below the limit or for a worker to end, a pass waiting for its
+// preserves, a listing waiting for its answer after a Tighten.
 func (r *run) poke() {
 	select {
-	case r.room <- struct{}{}:
+	case r.wake <- struct{}{}:
 	default:
 	}
 }

@@ -102,7 +102,7 @@ func (r *run) listOnce() ([]Sandbox, error) {
 	answers := make(chan listAnswer, 2) // a call that lost never blocks
 	start := time.Now()
 	go r.listInto(answers, false)
-	var hedge *time.Timer // none while the Run has no deadline: a Tighten makes it (r.moved)
+	var hedge *time.Timer // none while the Run has no deadline: a Tighten makes it (r.wake)
 	var hedgeAt <-chan time.Time
 	if !end.IsZero() {
 		hedge = time.NewTimer(hedgeAfter(start, end))
@@ -135,11 +135,16 @@ func (r *run) listOnce() ([]Sandbox, error) {
 				return nil, fmt.Errorf("%w; and the call beside it: %w", failed, a.err)
 			}
 			return a.list, a.err
-		case <-r.moved:
+		case <-r.wake:
 			// A Tighten moved the phase deadline: the second call comes at
 			// half the time left as it stands (docs/faults.md row 1332).
-			// await, the other reader, reads the hard deadline afresh.
-			switch end = r.phaseEnd(); {
+			// A wake for another (a worker of the pass before that was
+			// abandoned ending; see run.wake) moved nothing.
+			moved := r.phaseEnd()
+			if moved.Equal(end) {
+				continue
+			}
+			switch end = moved; {
 			case hedged:
 			case hedge == nil:
 				hedge = time.NewTimer(hedgeAfter(start, end) - time.Since(start))

@@ -29,7 +29,6 @@ type pass struct {
 	// worth a worker, the next one starts as soon as the last took its
 	// task. So a pass never has more workers than tasks to give them.
 	claims atomic.Int32
-	done   chan struct{}
 	// end is one past the last task not taken: tasks are taken from the
 	// front, and, while the adaptive limit climbs (see popLocked), from
 	// the back. It moves only under r.mu.
@@ -51,18 +50,24 @@ const (
 )
 
 func (r *run) newPass(tasks taskList) *pass {
-	ps := &pass{r: r, tasks: tasks, done: make(chan struct{})}
+	ps := &pass{r: r, tasks: tasks}
 	ps.word.Store(1) // the queue's own count
 	ps.end.Store(int64(len(tasks.all)))
 	r.cur = ps
 	return ps
 }
 
+// settled counts a task settled, or the queue closed, and wakes await
+// at the last.
 func (ps *pass) settled() {
 	if ps.word.Add(^uint64(0))&openMask == 0 {
-		close(ps.done)
+		ps.r.poke()
 	}
 }
+
+// over reports whether the queue is closed and every task taken is
+// settled.
+func (ps *pass) over() bool { return ps.word.Load()&openMask == 0 }
 
 // pop takes the next task to start at now, or returns nil when the queue
 // is empty or the phase is over, closing the queue, or when the worker
@@ -249,7 +254,7 @@ func (ps *pass) unclaimed() bool {
 // came first.
 func (r *run) waitRoom(ps *pass) bool {
 	select {
-	case <-r.room:
+	case <-r.wake:
 		return true
 	case <-r.ctx.Done():
 		ps.close()
@@ -285,27 +290,29 @@ func (r *run) worker(ps *pass) {
 // holds the Run no longer than the deadline it was tightened to. One
 // tightened to a time already past ended the contexts when it was read
 // (Tighten's cut fires at once): the slack runs from then, not from a
-// deadline whose slack was over before the contexts ended.
+// deadline whose slack was over before the contexts ended. A wake that
+// moved neither (see run.wake) leaves the timer as it is.
 func (r *run) await(ps *pass) {
-	for {
-		until := r.hardline()
-		if until.IsZero() {
-			select {
-			case <-ps.done:
-				return
-			case <-r.moved:
-				continue
-			}
+	var timer *time.Timer
+	var timerC <-chan time.Time
+	var armed time.Time // the hard deadline timer is armed for
+	defer func() {
+		if timer != nil {
+			timer.Stop()
 		}
-		timer := time.NewTimer(max(time.Until(until), 0) + returnSlack)
+	}()
+	for !ps.over() {
+		if until := r.hardline(); !until.Equal(armed) {
+			if timer != nil {
+				timer.Stop()
+			}
+			timer = time.NewTimer(max(time.Until(until), 0) + returnSlack)
+			timerC, armed = timer.C, until
+		}
 		select {
-		case <-ps.done:
-			timer.Stop()
+		case <-r.wake:
+		case <-timerC:
 			return
-		case <-timer.C:
-			return
-		case <-r.moved:
-			timer.Stop()
 		}
 	}
 }

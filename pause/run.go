@@ -33,8 +33,7 @@ type run struct {
 	// Preserver.Run).
 	hard   time.Time
 	hardMu sync.Mutex
-	cutAt  *time.Timer   // calls cut at the hard deadline Tighten set; nil until contexts made cut
-	moved  chan struct{} // Tighten moved hard: await re-reads it
+	cutAt  *time.Timer // calls cut at the hard deadline Tighten set; nil until contexts made cut
 	// tight is the hard deadline Tighten moved the Run to, none until one
 	// did (then the Report says it); moved under hardMu, read without it
 	// by the Deadline of the Run's contexts (follow.Context) and by
@@ -82,13 +81,20 @@ type run struct {
 	// flags above).
 	late *abandonments
 
+	// wake wakes the Run goroutine, the one that waits on it (listOnce,
+	// waitRoom, await): room below the limit, a worker that ended, the
+	// last preserve of a pass settled, a Tighten (poke). One channel for
+	// all, where each had its own (a channel is an allocation of a Run):
+	// the Run goroutine waits for one thing at a time, and re-reads what it
+	// waits for when woken, so a wake meant for another is only a look.
+	wake chan struct{}
+
 	// The adaptive limit (see limit.go); mu guards what follows it while
 	// workers run.
-	room          chan struct{} // the dispatcher waits on it for room (waitRoom)
-	unitScale     float64       // units per byte, fixed at the first pass
-	unitUnknown   float64       // units of a task without size or estimate
-	startedUnits  float64       // units of the preserves started, for bestThroughput
-	startedN      int           // preserves started
+	unitScale     float64 // units per byte, fixed at the first pass
+	unitUnknown   float64 // units of a task without size or estimate
+	startedUnits  float64 // units of the preserves started, for bestThroughput
+	startedN      int     // preserves started
 	mu            sync.Mutex
 	climb         climber
 	queue         queueStats
@@ -142,7 +148,7 @@ func (r *run) firstLog(kind uint32) bool {
 // follows takes (a slow log sink, a slow span exporter).
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	start := time.Now() // the Report's Start and the in-flight integral's: one clock reading
-	r := &run{p: p, cfg: &p.cfg, moved: make(chan struct{}, 1)}
+	r := &run{p: p, cfg: &p.cfg, wake: make(chan struct{}, 1)}
 	r.phase, r.hard = deadlines(ctx, hard)
 	given := r.hard
 	p.cur.Store(r)
@@ -270,10 +276,7 @@ func (r *run) tighten(hard time.Time) bool {
 	if r.cut != nil {
 		r.cutAt = time.AfterFunc(time.Until(hard), r.cut)
 	}
-	select { // a pass waiting for its preserves waits no longer than hard
-	case r.moved <- struct{}{}:
-	default:
-	}
+	r.poke() // a pass waiting for its preserves waits no longer than hard
 	return true
 }
 
@@ -286,7 +289,6 @@ func (r *run) tighten(hard time.Time) bool {
 func (r *run) slots(now time.Time) {
 	r.limit = r.cfg.limit
 	r.adaptive = r.cfg.adaptive
-	r.room = make(chan struct{}, 1)
 	if r.adaptive {
 		r.limit = min(max(int(r.p.limit.Load()), 1), r.cfg.maxLimit) // the start, not a learned level Limit reports
 		r.areaAt = now
