@@ -97,11 +97,21 @@ func (r *run) list() ([]Sandbox, error) {
 // Run's goroutine, which a Tighten's deadline (or a cancel) ends the wait
 // of: made on it, a call that ignores its context held Run past the
 // deadline Tighten set, until it returned.
+//
+// A listing whose every call answered leaves its channel, empty, to the
+// next one (run.answers): a Run of 10 lists twice, and the second listing's
+// channel was two allocations of a Run's 25. One with a call that did not
+// answer (hedged, abandoned) leaves it to that call.
 func (r *run) listOnce() ([]Sandbox, error) {
 	end := r.phaseEnd()
-	answers := make(chan listAnswer, 2) // a call that lost never blocks
+	answers := r.answers
+	if answers == nil {
+		answers = make(chan listAnswer, 2) // a call that lost never blocks
+	}
+	r.answers = nil
 	start := time.Now()
 	go r.listInto(answers, false)
+	unanswered := 1       // the calls made that have not answered
 	var hedge *time.Timer // none while the Run has no deadline: a Tighten makes it (r.wake)
 	var hedgeAt <-chan time.Time
 	if !end.IsZero() {
@@ -112,6 +122,9 @@ func (r *run) listOnce() ([]Sandbox, error) {
 		if hedge != nil {
 			hedge.Stop()
 		}
+		if unanswered == 0 {
+			r.answers = answers
+		}
 	}()
 	hedged := false
 	// failed is the error of a call that failed listing nothing while the
@@ -121,6 +134,7 @@ func (r *run) listOnce() ([]Sandbox, error) {
 	for {
 		select {
 		case a := <-answers:
+			unanswered--
 			if a.err != nil && len(a.list) == 0 && hedged && failed == nil {
 				// The other call still runs: the hung one failing at last (the
 				// kernel giving its connection up) or the second failing says
@@ -159,10 +173,12 @@ func (r *run) listOnce() ([]Sandbox, error) {
 			hedged = true
 			r.cfg.log.LogAttrs(r.ctx, slog.LevelWarn, "pause: the Lister has not answered in half the time left to the phase deadline; listing again beside it",
 				slog.Duration("waited", time.Since(start)), slog.String("time_left", fmtLeft(end)))
+			unanswered++
 			go r.listInto(answers, true)
 		case <-r.ctx.Done():
 			select { // an answer ready as the phase ended wins over abandoning it
 			case a := <-answers:
+				unanswered--
 				return a.list, a.err
 			default:
 			}

@@ -88,6 +88,9 @@ type run struct {
 	// the Run goroutine waits for one thing at a time, and re-reads what it
 	// waits for when woken, so a wake meant for another is only a look.
 	wake chan struct{}
+	// answers is the channel of a listing whose every call answered, empty:
+	// the next listing's (listOnce), which makes one only when none is here.
+	answers chan listAnswer
 
 	// The adaptive limit (see limit.go); mu guards what follows it while
 	// workers run.
