@@ -152,8 +152,8 @@ func (r *run) listOnce() ([]Sandbox, error) {
 		case <-r.wake:
 			// A Tighten moved the phase deadline: the second call comes at
 			// half the time left as it stands (docs/faults.md row 1332).
-			// A wake for another (a worker of the pass before that was
-			// abandoned ending; see run.wake) moved nothing.
+			// A wake for another (the last settle of the pass before, a
+			// worker of it ending; see run.wake) moved nothing.
 			moved := r.phaseEnd()
 			if moved.Equal(end) {
 				continue
