@@ -217,8 +217,9 @@ func dialing(addr net.Addr) func(context.Context) (net.Conn, error) {
 	}
 }
 
-// serveOn is serveWrapped on ln, whose client connects through dial.
-func serveOn(t *testing.T, g *drain.Gate, ln net.Listener, wrap func(net.Listener) net.Listener, dial func(context.Context) (net.Conn, error)) *server {
+// serveOn is serveWrapped on ln, whose client connects through dial; the
+// server has opts before drainkit's interceptors.
+func serveOn(t *testing.T, g *drain.Gate, ln net.Listener, wrap func(net.Listener) net.Listener, dial func(context.Context) (net.Conn, error), opts ...grpc.ServerOption) *server {
 	t.Helper()
 	classify := Methods(map[string]drain.Class{
 		testgrpc.TestService_EmptyCall_FullMethodName:           drain.Create,
@@ -227,10 +228,10 @@ func serveOn(t *testing.T, g *drain.Gate, ln net.Listener, wrap func(net.Listene
 		testgrpc.TestService_UnaryCall_FullMethodName:           drain.Stream,
 	}, drain.Create)
 	s := &server{health: health.NewServer(), reading: make(chan net.Addr, 16), closed: make(chan struct{}), dial: dial}
-	s.srv = grpc.NewServer(
+	s.srv = grpc.NewServer(append(opts,
 		grpc.ChainUnaryInterceptor(UnaryServerInterceptor(g, classify)),
 		grpc.ChainStreamInterceptor(StreamServerInterceptor(g, classify)),
-	)
+	)...)
 	testgrpc.RegisterTestServiceServer(s.srv, worker{})
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)

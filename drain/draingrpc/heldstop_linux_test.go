@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/stats"
 
 	"github.com/drainkit/drainkit/drain"
 )
@@ -115,6 +116,110 @@ func TestAHeldStopCountsItsOwnRPCWhenAnotherProcessListensOnItsAddress(t *testin
 
 	err = stopOnceClosed(t, a, g, func() { listenInAnotherProcess(t, a.addr) })
 	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
+}
+
+// taggedRPC is the context a user's stats handler or interceptor gives an
+// RPC: a type of its own, which holds its parent in a field of its own and
+// answers its key itself (no context.WithValue), as a tracer's or a
+// logger's context may.
+type taggedRPC struct {
+	parent context.Context
+	method string
+}
+
+type taggedRPCKey struct{}
+
+func (c *taggedRPC) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+func (c *taggedRPC) Done() <-chan struct{}       { return c.parent.Done() }
+func (c *taggedRPC) Err() error                  { return c.parent.Err() }
+func (c *taggedRPC) Value(k any) any {
+	if k == (taggedRPCKey{}) {
+		return c.method
+	}
+	return c.parent.Value(k)
+}
+
+// taggingStats is a stats handler whose TagRPC gives each RPC a taggedRPC.
+type taggingStats struct{}
+
+func (taggingStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	return &taggedRPC{parent: ctx, method: info.FullMethodName}
+}
+func (taggingStats) HandleRPC(context.Context, stats.RPCStats) {}
+func (taggingStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (taggingStats) HandleConn(context.Context, stats.ConnStats) {}
+
+// taggedStream is a ServerStream whose context is a taggedRPC.
+type taggedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s taggedStream) Context() context.Context { return s.ctx }
+
+// tagStreams is a stream interceptor that hands its handler a taggedRPC.
+func tagStreams(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return h(srv, taggedStream{ss, &taggedRPC{parent: ss.Context(), method: info.FullMethod}})
+}
+
+// ownProcessEnv names the test that the test binary, run again, runs (see
+// inAProcessOfItsOwn).
+const ownProcessEnv = "DRAINKIT_TEST_OWN_PROCESS"
+
+// inAProcessOfItsOwn reports whether t runs in a process of the test
+// binary that runs t alone; where it does not, it runs t in one, and fails
+// t when t failed there.
+func inAProcessOfItsOwn(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(ownProcessEnv) == t.Name() {
+		return true
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), ownProcessEnv+"="+t.Name())
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s in a process of its own:\n%s", t.Name(), out)
+	return false
+}
+
+// Fault (row 2660): row 2580's fault came back when a stats handler (any
+// grpc.StatsHandler's TagRPC runs before the interceptors) or an
+// interceptor ahead of drainkit's gave the RPC a context of its own type:
+// Stop found grpc's key to the RPC's server by walking the RPC's own chain
+// of contexts, through the standard library's alone, so it found none
+// there, for any RPC of that server, and fell back on the socket tables.
+//
+//	a (tcp, 127.0.0.1:P, a taggedRPC over grpc's context)
+//	                       a stream runs, a connection in its handshake
+//	Stop(a)                GracefulStop closes a's listener
+//	another process        listens on 127.0.0.1:P
+//	the deadline           before: nil; after: a's stream counts as cut
+//
+// It runs in a process of its own, as a server's process whose RPCs all
+// have such a context: in this one, another test's RPC may have shown
+// grpc's key already.
+func TestAHeldStopCountsItsOwnRPCWhenItsContextIsOfTheUsersOwnType(t *testing.T) {
+	if !inAProcessOfItsOwn(t) {
+		return
+	}
+	for name, opt := range map[string]grpc.ServerOption{
+		"a stats handler's":                     grpc.StatsHandler(taggingStats{}),
+		"an interceptor's, ahead of drainkit's": grpc.ChainStreamInterceptor(tagStreams),
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := &drain.Gate{}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			a := serveOn(t, g, ln, unchanged, dialing(ln.Addr()), opt)
+			_, err = openStream(t, t.Context(), a.worker) // runs until its client closes it
+			require.NoError(t, err)
+			holdInHandshake(t, a)
+
+			err = stopOnceClosed(t, a, g, func() { listenInAnotherProcess(t, a.addr) })
+			require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
+		})
+	}
 }
 
 // Fault (row 2588): the same with a Unix socket: a server's successor (a
