@@ -441,7 +441,7 @@ type Server interface {
 // A nil s (or a nil *grpc.Server in it) is not called: Stop returns an
 // error saying so.
 func Stop(ctx context.Context, s Server, g *drain.Gate) error {
-	_, _, err := stop(ctx, s, g, 0)
+	_, err := stop(ctx, s, g, 0)
 	return err
 }
 
@@ -454,13 +454,19 @@ func Stop(ctx context.Context, s Server, g *drain.Gate) error {
 // reported.
 const stopReturn = 50 * time.Millisecond
 
+// How a Stop went, for a Step's detail.
+type stopNotes struct {
+	held     bool // grpc's Stop was left running
+	quiet    bool // grpc's Stop was called reserve after the last RPC, before the deadline
+	byTables bool // held, and its nil rests on the socket tables (see gateState.idle)
+}
+
 // stop is Stop, which also calls grpc's Stop, before ctx ends, once no RPC
 // has been in the handlers of g's interceptors for reserve (none when
-// zero: see gateState.quiet); quiet says it did. held says grpc's Stop was
-// left running.
-func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (held, quiet bool, err error) {
+// zero: see gateState.quiet).
+func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (n stopNotes, err error) {
 	if s == nil || reflect.ValueOf(s).Kind() == reflect.Pointer && reflect.ValueOf(s).IsNil() {
-		return false, false, errors.New("draingrpc: the Server is nil: no server to stop")
+		return n, errors.New("draingrpc: the Server is nil: no server to stop")
 	}
 	done := make(chan struct{})
 	go func() {
@@ -483,10 +489,10 @@ func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (
 	defer unquiet()
 	select {
 	case <-done:
-		return false, false, nil
+		return n, nil
 	case <-ctx.Done():
 	case <-st.quiet(qctx, reserve):
-		quiet = true
+		n.quiet = true
 	}
 	gs, _ := s.(*grpc.Server) // nil for another Server: its RPCs cannot name it
 	idle := st.idle(gs)
@@ -500,20 +506,29 @@ func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (
 	select {
 	case <-stopped:
 	case <-t.C:
-		held = true
+		n.held = true
 	}
+	none, byTables := idle(n.held)
+	n.byTables = byTables
 	switch {
-	case idle(held):
-		return held, quiet, nil // GracefulStop waited for connections only: Stop cut no RPC
-	case quiet:
-		return held, quiet, errors.New("RPCs reached their handlers as the step's reserve after the last one ran out; stopped them")
+	case none:
+		return n, nil // GracefulStop waited for connections only: Stop cut no RPC
+	case n.quiet:
+		return n, errors.New("RPCs reached their handlers as the step's reserve after the last one ran out; stopped them")
 	}
-	return held, quiet, ctx.Err()
+	return n, ctx.Err()
 }
 
 // heldStop is a Step's detail when grpc's Stop had not returned shortly
 // after the step's deadline (see Stop) and was left running.
 const heldStop = "grpc's Stop did not return after the deadline, left running: a connection still in its handshake holds it until grpc.ConnectionTimeout (120 s unless set), with grpc.WaitForHandlers(true) a running handler does, and a loaded machine or a connection slow to close delays it"
+
+// tablesTold is a held Step's detail when the socket tables, not grpc,
+// said the RPCs still running were another server's: an address is a
+// weaker sign than the *grpc.Server grpc names in each RPC's context, and
+// the Report says what the step's nil rests on.
+const tablesTold = "the RPCs still running were told from the server's own by the socket tables (a socket listening on the address each came in on), not by grpc, whose contexts named no *grpc.Server (a Server that is not one, or a grpc-go that no longer names it): " +
+	"another process's, SO_REUSEPORT group's or network namespace's socket on that address makes an RPC the server's Stop cut read as another server's"
 
 // quietStop is a Step's detail when it called grpc's Stop its reserve
 // after the last RPC ended, before its deadline.
@@ -535,22 +550,28 @@ const quietStop = "GracefulStop still waited %v after the last RPC's handler ret
 // g, first in their chains, as Stop's count of cut RPCs does; without them
 // (or with a zero reserve) the step waits to its deadline. g is the gate of
 // s's interceptors (drain.Config.Gate). When grpc's Stop was left running
-// (see Stop), the step's detail in the Report says so.
+// (see Stop), the step's detail in the Report says so, and says too when
+// it told the RPCs still running from s's own by the socket tables, not
+// by the *grpc.Server in their contexts (s is not a *grpc.Server, or a
+// grpc-go that no longer names it there).
 func Step(name string, s Server, g *drain.Gate, reserve time.Duration) drain.Step {
 	return drain.NewStep(deadline.Phase{Name: name, Reserve: deadline.Fixed(reserve)}, func(ctx context.Context) (any, error) {
-		held, quiet, err := stop(ctx, s, g, reserve)
+		n, err := stop(ctx, s, g, reserve)
 		var notes []string
-		if quiet {
+		if n.quiet {
 			notes = append(notes, fmt.Sprintf(quietStop, reserve))
 		}
-		if held {
+		if n.held {
 			notes = append(notes, heldStop)
+		}
+		if n.byTables {
+			notes = append(notes, tablesTold)
 		}
 		var detail any
 		if len(notes) > 0 {
 			detail = strings.Join(notes, "; ")
 		}
-		if err != nil && !quiet { // ctx's error: Stop had to cut RPCs
+		if err != nil && !n.quiet { // ctx's error: Stop had to cut RPCs
 			err = errors.Join(errors.New("RPCs still running at the deadline; stopped them"), err)
 		}
 		return detail, err

@@ -388,10 +388,11 @@ func (s *gateState) quiet(ctx context.Context, reserve time.Duration) <-chan str
 // or, where it names none, a socket still listens on the address its
 // connection came in on (row 2381). It reports false when the gate's
 // interceptors are not of both kinds (an RPC of the other kind would run
-// uncounted), and for a nil s.
-func (s *gateState) idle(stopped *grpc.Server) (still func(held bool) bool) {
+// uncounted), and for a nil s. byTables says an RPC's server was told by
+// the socket tables, not by its context, and Stop's nil rests on that.
+func (s *gateState) idle(stopped *grpc.Server) (still func(held bool) (idle, byTables bool)) {
 	if s == nil || !s.unary.Load() || !s.stream.Load() {
-		return func(bool) bool { return false }
+		return func(bool) (bool, bool) { return false, false }
 	}
 	chk := &cutCheck{}
 	s.mu.Lock()
@@ -403,13 +404,13 @@ func (s *gateState) idle(stopped *grpc.Server) (still func(held bool) bool) {
 	}
 	s.checks[chk] = struct{}{}
 	s.mu.Unlock()
-	return func(held bool) bool {
+	return func(held bool) (bool, bool) {
 		running, cut := s.endCheck(chk)
 		if cut {
-			return false
+			return false, false
 		}
 		if !held {
-			return true
+			return true, false
 		}
 		return allElsewhere(running, stopped)
 	}
@@ -417,19 +418,19 @@ func (s *gateState) idle(stopped *grpc.Server) (still func(held bool) bool) {
 
 // allElsewhere reports whether every one of calls runs on another server
 // than stopped, whose Stop is held (see call.elsewhere and
-// call.onOpenListener).
-func allElsewhere(calls []*call, stopped *grpc.Server) bool {
+// call.onOpenListener), and whether the socket tables told that of one.
+func allElsewhere(calls []*call, stopped *grpc.Server) (all, byTables bool) {
 	listened := make(map[string]bool)
 	for _, c := range calls {
 		other, told := c.elsewhere(stopped)
 		if !told {
-			other = c.onOpenListener(listened)
+			other, byTables = c.onOpenListener(listened), true
 		}
 		if !other {
-			return false
+			return false, false
 		}
 	}
-	return true
+	return true, byTables
 }
 
 // endCheck ends chk and returns its RPCs still running with their context

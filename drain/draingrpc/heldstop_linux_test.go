@@ -64,10 +64,23 @@ func holdInHandshake(t *testing.T, s *server) {
 // Stop returned.
 func stopOnceClosed(t *testing.T, s *server, g *drain.Gate, meanwhile func()) error {
 	t.Helper()
+	var err error
+	runOnceClosed(t, s, meanwhile, func(ctx context.Context) { err = Stop(ctx, s.srv, g) })
+	return err
+}
+
+// runOnceClosed runs stop, a Stop of s, and ends its context once
+// GracefulStop closed s's listener and meanwhile ran; it returns once stop
+// did.
+func runOnceClosed(t *testing.T, s *server, meanwhile func(), stop func(context.Context)) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stopped := make(chan error, 1)
-	go func() { stopped <- Stop(ctx, s.srv, g) }()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		stop(ctx)
+	}()
 	select {
 	case <-s.closed:
 	case <-time.After(10 * time.Second): // a bound on the failure, not a timing assertion
@@ -75,7 +88,7 @@ func stopOnceClosed(t *testing.T, s *server, g *drain.Gate, meanwhile func()) er
 	}
 	meanwhile()
 	cancel()
-	return <-stopped
+	<-stopped
 }
 
 // listenInAnotherProcess runs the test binary again as a process that
@@ -220,6 +233,45 @@ func TestAHeldStopCountsItsOwnRPCWhenItsContextIsOfTheUsersOwnType(t *testing.T)
 			require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
 		})
 	}
+}
+
+// wrappedServer is a user's Server around a *grpc.Server (one that logs
+// its stops, say): Stop cannot tell its RPCs by the *grpc.Server in their
+// contexts.
+type wrappedServer struct{ srv *grpc.Server }
+
+func (w wrappedServer) GracefulStop() { w.srv.GracefulStop() }
+func (w wrappedServer) Stop()         { w.srv.Stop() }
+
+// Fault (row 2661): where a held Stop told the running RPCs from its own
+// by the socket tables (their contexts named no *grpc.Server: s is not
+// one, or a grpc-go that no longer names it), an address, which another
+// process, socket or namespace may share (rows 2580 to 2585), the step's
+// detail did not say so: a nil that rests on that read as one that rests
+// on grpc's word.
+//
+//	busy (tcp)                 a stream runs on, its listener listening
+//	quiet (tcp, wrapped)       no RPC, a connection in its handshake
+//	Step(quiet)                the deadline: nil; before, the detail says
+//	                           only that grpc's Stop was held; after, it
+//	                           says the socket tables told
+func TestAHeldStepSaysWhenTheSocketTablesToldItsRPCsApart(t *testing.T) {
+	g := &drain.Gate{}
+	busy := serve(t, g, "tcp")
+	stream, err := openStream(t, t.Context(), busy.worker)
+	require.NoError(t, err)
+	quiet := serve(t, g, "tcp")
+	holdInHandshake(t, quiet)
+
+	var detail any
+	runOnceClosed(t, quiet, func() {}, func(ctx context.Context) {
+		detail, err = Step("grpc", wrappedServer{quiet.srv}, g, time.Second).Run(ctx)
+	})
+	require.NoError(t, err, "busy's stream listens on: not quiet's")
+	require.IsType(t, "", detail)
+	assert.Contains(t, detail, heldStop)
+	assert.Contains(t, detail, "by the socket tables", "the nil rests on an address")
+	require.NoError(t, stream.CloseSend())
 }
 
 // Fault (row 2588): the same with a Unix socket: a server's successor (a
