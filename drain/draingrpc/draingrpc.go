@@ -475,7 +475,8 @@ func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (
 	}()
 	end := stopWatches(g)
 	defer end()
-	if _, ok := s.(*grpc.Server); ok {
+	gs, _ := s.(*grpc.Server) // nil for another Server: its RPCs cannot name it
+	if gs != nil {
 		// Learned now, once per process (some 0.1 to 1 ms), while the
 		// window is open, not in the slack after the deadline, where a held
 		// Stop reads it.
@@ -494,7 +495,6 @@ func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (
 	case <-st.quiet(qctx, reserve):
 		n.quiet = true
 	}
-	gs, _ := s.(*grpc.Server) // nil for another Server: its RPCs cannot name it
 	idle := st.idle(gs)
 	stopped := make(chan struct{})
 	go func() {
