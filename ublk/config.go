@@ -198,6 +198,7 @@ type config struct {
 	openControl   func(ctx context.Context) (ublkctl.Controller, error) // nil: no control fallback
 	beforeProcess func(dir string)                                      // the holders scan's test hook
 	beforeRequest func()                                                // called as the daemon is asked to stop (internal/ublkstep)
+	stopNote      func() string                                         // ends the Report's Note before it is logged (internal/ublkstep)
 	logger        *slog.Logger
 	tp            trace.TracerProvider
 	mp            metric.MeterProvider
@@ -253,6 +254,7 @@ func (c Config) check() (config, error) {
 		daemonDoomed:   daemonDoomed,
 		beforeProcess:  c.hooks.BeforeProcess,
 		beforeRequest:  c.hooks.BeforeRequestStop,
+		stopNote:       c.hooks.StopNote,
 		logger:         c.Logger,
 		tp:             c.TracerProvider,
 		mp:             c.MeterProvider,

@@ -313,6 +313,7 @@ func (t *Teardown) Stop(ctx context.Context) (*Report, error) {
 		rep = &Report{Kernel: t.release, KernelClass: t.class, KernelDecision: t.decision, Start: time.Now(),
 			Verdict: VerdictNothingToDo, Note: "ublk exists only on Linux", Devices: []DeviceReport{}}
 	}
+	t.addStopNote(rep)
 	t.observe(ctx, span, rep, err)
 	return rep, err
 }
@@ -343,6 +344,21 @@ func (t *Teardown) Tighten(dl time.Time) bool {
 	}
 	r := t.cur.Load()
 	return r != nil && r.tighten(dl)
+}
+
+// addStopNote ends rep's Note with the caller's (ublkhook.Hooks.StopNote),
+// before observe logs it.
+func (t *Teardown) addStopNote(rep *Report) {
+	if t.cfg.stopNote == nil {
+		return
+	}
+	switch note := t.cfg.stopNote(); {
+	case note == "":
+	case rep.Note == "":
+		rep.Note = note
+	default:
+		rep.Note += "; " + note
+	}
 }
 
 func (t *Teardown) observe(ctx context.Context, span trace.Span, rep *Report, err error) {

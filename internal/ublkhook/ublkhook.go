@@ -35,6 +35,13 @@ type Hooks struct {
 	// *ublk.Process would no longer be known by its type, and the
 	// teardown would lose its process (docs/faults.md row 1121).
 	BeforeRequestStop func()
+	// StopNote, when not nil, is called as the teardown's Stop ends,
+	// before the Report is logged and recorded; what it returns, when not
+	// empty, ends the Report's Note ("; " after the Note's own).
+	// internal/ublkstep says with it what only the step knows of the Stop
+	// (its stages laid out from the reserve at start), so that the log
+	// line says it too (docs/faults.md row 2640).
+	StopNote func() string
 }
 
 // Set stores h in cfg, which must be a *ublk.Config; package ublk

@@ -47,6 +47,7 @@ func New(daemon ublk.Daemon, c ublk.Config, reserve deadline.Reserve) (*Teardown
 	t := &Teardown{daemon: daemon, reserve: reserve, watched: daemon != nil}
 	h := ublkhook.Get(&c)
 	h.BeforeRequestStop = t.asked
+	h.StopNote = t.note
 	ublkhook.Set(&c, h)
 	t.cfg = c
 	base, err := ublk.New(daemon, c)
@@ -68,6 +69,20 @@ func (t *Teardown) asked() {
 	if s := t.cur.Load(); s != nil {
 		s.asked()
 	}
+}
+
+// note is what the Stop in progress says of itself in the Report's Note
+// (stop.note), given to ublk as it ends the Report, before its log line
+// (ublkhook.Hooks.StopNote): added after, it was missing from that line
+// (docs/faults.md row 2640).
+func (t *Teardown) note() string {
+	s := t.cur.Load()
+	if s == nil {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.note
 }
 
 // Phase is the ublk teardown's phase (named "ublk", critical) with the live
@@ -112,6 +127,9 @@ func (t *Teardown) Stop(ctx context.Context) (*ublk.Report, error) {
 		}
 	}
 	s.td, s.reserve = td, r
+	if buildErr != nil {
+		s.note = "the teardown's stages laid out from the reserve at start, not the grace in use: " + buildErr.Error()
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		s.told.Move(dl)
 	}
@@ -119,13 +137,6 @@ func (t *Teardown) Stop(ctx context.Context) (*ublk.Report, error) {
 
 	rep, err := td.Stop(toldContext{ctx, &s.told})
 	s.finish(rep)
-	if buildErr != nil {
-		note := "the teardown's stages laid out from the reserve at start, not the grace in use: " + buildErr.Error()
-		if rep.Note != "" {
-			note = rep.Note + "; " + note
-		}
-		rep.Note = note
-	}
 	return rep, err
 }
 
@@ -186,6 +197,7 @@ type stop struct {
 	over      bool        // td.Stop returned
 	requested bool        // td asked the daemon to stop
 	steps     []ublk.StepResult
+	note      string // the Stop's own end of the Report's Note ("" for none): Teardown.note
 }
 
 // tighten moves the Stop's deadline earlier to dl, with r the reserve in

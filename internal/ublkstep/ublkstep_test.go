@@ -1,9 +1,12 @@
 package ublkstep
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -27,6 +30,12 @@ func rig(t *testing.T, release time.Duration, reserve *atomic.Int64) (*Teardown,
 
 // rigAs is rig with its daemon given to New as as makes it.
 func rigAs(t *testing.T, release time.Duration, reserve *atomic.Int64, as func(ublk.DaemonFuncs) ublk.Daemon) (*Teardown, *atomic.Int64) {
+	t.Helper()
+	return rigWith(t, release, reserve, as, ublk.Config{})
+}
+
+// rigWith is rigAs with cfg's fields (its Logger) in the step's Config.
+func rigWith(t *testing.T, release time.Duration, reserve *atomic.Int64, as func(ublk.DaemonFuncs) ublk.Daemon, cfg ublk.Config) (*Teardown, *atomic.Int64) {
 	t.Helper()
 	tree, err := fakeublk.NewTree(t.TempDir())
 	require.NoError(t, err)
@@ -59,7 +68,7 @@ func rigAs(t *testing.T, release time.Duration, reserve *atomic.Int64, as func(u
 			}
 		},
 	}
-	cfg := ublkhook.With(ublk.Config{}, ublkhook.Hooks{SysfsRoot: tree.Root, ProcfsRoot: t.TempDir(), KernelRelease: "6.8.0-45-generic"})
+	cfg = ublkhook.With(cfg, ublkhook.Hooks{SysfsRoot: tree.Root, ProcfsRoot: t.TempDir(), KernelRelease: "6.8.0-45-generic"})
 	td, err := New(as(daemon), cfg, func() time.Duration { return time.Duration(reserve.Load()) })
 	require.NoError(t, err)
 	return td, &asked
@@ -289,5 +298,41 @@ func TestTheStopRequestIsSeenWhateverTheDaemonsType(t *testing.T) {
 		assert.NotNil(t, rep.Step("reserve in use"), "the move held back: %+v", rep.Steps)
 		assert.Equal(t, 10*time.Second, time.Duration(asked.Load()), "asked to stop at the first poll (100 ms) after dm-0 let go")
 		assert.Equal(t, ublk.VerdictStopped, rep.Device(0).Verdict)
+	})
+}
+
+// Fault (docs/faults.md row 2640): a Stop whose reserve in use ublk.New
+// cannot build a Teardown with runs the one built at start, and says so
+// in the Report's Note; the step added that after ublk had logged the
+// Report, so the "ublk teardown done" line, all an operator without the
+// JSON reads of the step (row 2421), lacked it. Virtual time:
+//
+//	0 s     the step built with a reserve of 3 s; ublkb0 held by dm-0
+//	SIGTERM the reserve reads -1 s: no Teardown from it, the start's runs
+//	1.95 s  dm-0 lets go; 2 s the daemon is asked, the device goes
+//	        the log line: verdict=stopped, note= the start's reserve
+//	        (before: no note=)
+func TestTheLogLineSaysTheStagesWereLaidOutFromTheReserveAtStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs bytes.Buffer
+		var reserve atomic.Int64
+		reserve.Store(int64(3 * time.Second))
+		td, _ := rigWith(t, 1950*time.Millisecond, &reserve, func(d ublk.DaemonFuncs) ublk.Daemon { return d },
+			ublk.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		reserve.Store(int64(-time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+		defer cancel()
+		rep, err := td.Stop(ctx)
+		require.NoError(t, err)
+		const why = "the teardown's stages laid out from the reserve at start, not the grace in use: ublk: Config.Reserve"
+		require.Contains(t, rep.Note, why)
+		var done string
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "ublk teardown done") {
+				done = l
+			}
+		}
+		assert.Contains(t, done, "verdict=stopped")
+		assert.Contains(t, done, why, "the log line says the Note the step added")
 	})
 }
