@@ -7,11 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 // A server that exits on its own before its SIGTERM, during a drain or
@@ -198,16 +202,18 @@ func lostByServerStep(rep *pause.Report) []string {
 }
 
 // eventServerExited posts, for a server that exited on its own (rep has no
-// drain account), the Event that says so on the pod. During a drain it is
-// DrainFinished, a Warning: drain posted DrainStarted at the preStop call,
-// and its Shutdown, which posts DrainFinished, never ran. Before any
-// termination, with sandboxes lost with it, it is SandboxesLost, a
-// Warning, as drain posts for a drain's losses: no drain ran, and the pod's
-// Events were the one place `kubectl describe` would not say it. The note
-// counts the sandboxes lost with the server and gives the exit status, as
-// the Report does. The wait for the event is bounded as drain bounds its
-// own: 1 s, and once a termination began never more than half the time
-// left before SIGKILL.
+// drain account), the Events that say so on the pod: failed, the daemon
+// step's StepFailed when its teardown failed (daemonStepFailedEvent), then
+// the exit's. During a drain that is DrainFinished, a Warning: drain posted
+// DrainStarted at the preStop call, and its Shutdown, which posts
+// DrainFinished, never ran. Before any termination, with sandboxes lost
+// with it, it is SandboxesLost, a Warning, as drain posts for a drain's
+// losses: no drain ran, and the pod's Events were the one place `kubectl
+// describe` would not say it. The note counts the sandboxes lost with the
+// server and gives the exit status, as the Report does, then the daemon's
+// teardown's line (termmsg.UblkLine) and the Report's note. The wait for
+// the events is bounded as drain bounds its own: 1 s, and once a
+// termination began never more than half the time left before SIGKILL.
 //
 // Which the exit was is the Report's (exitedWhen), not whether the budget
 // is anchored when the Event is posted: a SIGTERM during the daemon's
@@ -215,7 +221,12 @@ func lostByServerStep(rep *pause.Report) []string {
 // and the Event said "during the drain, before SIGTERM", a DrainFinished of
 // a drain that never began, where the Report's note said "before
 // termination" (docs/faults.md row 1052).
-func (s *supervisor) eventServerExited(rep *Report) {
+//
+// A teardown that failed is posted whatever was lost: before, with no
+// sandbox lost no Event was posted, and the exit's said nothing of the
+// devices, so a device left live, the one the host may crash on, was in
+// no Event (docs/faults.md row 2641).
+func (s *supervisor) eventServerExited(rep *Report, failed *kube.Event) {
 	if s.pod == nil || rep.Drain != nil {
 		return
 	}
@@ -223,6 +234,30 @@ func (s *supervisor) eventServerExited(rep *Report) {
 	if s.budget.Anchored() { // a termination began: SIGKILL comes
 		wait = max(min(wait, time.Until(s.budget.Kill())/2), 0)
 	}
+	var evs []kube.Event
+	if failed != nil {
+		evs = append(evs, *failed)
+	}
+	if ev, ok := s.serverExitedEvent(rep); ok {
+		evs = append(evs, ev)
+	}
+	if len(evs) == 0 {
+		return
+	}
+	for _, ev := range evs {
+		s.pod.Record(ev)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if st := s.pod.Flush(ctx); st.Dropped > 0 {
+		s.log.Warn("supervisor: Kubernetes Events dropped", "posted", st.Posted, "dropped", st.Dropped, "last_error", st.LastError)
+	}
+}
+
+// serverExitedEvent is the Event of a server that exited on its own (see
+// eventServerExited); false when there is none to post: no sandbox lost
+// before any termination.
+func (s *supervisor) serverExitedEvent(rep *Report) (kube.Event, bool) {
 	var ev kube.Event
 	switch {
 	case s.exitedWhen() == duringTheDrain:
@@ -234,17 +269,32 @@ func (s *supervisor) eventServerExited(rep *Report) {
 			"the server exited on its own before termination (%s), no drain ran: %d sandboxes lost with it; supervisor exit code %d",
 			rep.Server.String(), rep.Lost(), rep.ExitCode)}
 	default:
-		return
+		return kube.Event{}, false
+	}
+	if line := termmsg.UblkLine(rep.Ublk); line != "" { // bounded, before the note, which is not
+		ev.Note += "\n" + line
 	}
 	if rep.Note != "" {
-		ev.Note += ". " + rep.Note
+		ev.Note += "\n" + rep.Note
 	}
-	s.pod.Record(ev)
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if st := s.pod.Flush(ctx); st.Dropped > 0 {
-		s.log.Warn("supervisor: Kubernetes Events dropped", "posted", st.Posted, "dropped", st.Dropped, "last_error", st.LastError)
+	return ev, true
+}
+
+// daemonStepFailedEvent is the StepFailed Event of the daemon step that
+// ended with result and the error msg after the server exited on its own,
+// outside any drain: a Warning saying the step, its result, its duration
+// and its error, then the teardown's account, as drain posts it for a
+// step of a drain that did not end ok. teardown may be nil (no account).
+func daemonStepFailedEvent(teardown *ublk.Report, result drain.Result, msg string) *kube.Event {
+	var took time.Duration
+	if teardown != nil {
+		took = teardown.Duration
 	}
+	note := fmt.Sprintf("step %s: %s in %v: %s", StepDaemon, result, took.Round(time.Millisecond), msg)
+	if teardown != nil {
+		note += "\n" + strings.TrimSpace(teardown.String())
+	}
+	return &kube.Event{Type: kube.Warning, Reason: "StepFailed", Action: StepDaemon, Note: note}
 }
 
 // When the server exited on its own, in serverExitNote.

@@ -735,6 +735,7 @@ func (s *supervisor) serverExited(sigs <-chan os.Signal) *Report {
 		out.addNote(note)
 	}
 	out.Ublk = teardown
+	var failed *kube.Event
 	if stopErr != nil {
 		// As in a drain's daemon step (drain.Step's results).
 		result, msg := drain.Failed, stopErr.Error()
@@ -745,8 +746,9 @@ func (s *supervisor) serverExited(sigs <-chan os.Signal) *Report {
 			}
 		}
 		s.daemonStepFailed(out, result, msg)
+		failed = daemonStepFailedEvent(teardown, result, msg)
 	}
-	s.eventServerExited(out)
+	s.eventServerExited(out, failed)
 	return out
 }
 
