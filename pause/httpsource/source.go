@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -103,7 +104,10 @@ const maxBody = 32 << 20
 // pagination, no sizes. AgentENV returns the Config of AgentENV's node API.
 type Config struct {
 	// Client sends the requests. Nil means a client of the Source's own
-	// with no overall timeout (requests are bounded by their contexts)
+	// on net/http's transport (a copy of http.DefaultTransport, or one
+	// with net/http's default settings when a program put another
+	// RoundTripper there, which the Source's requests then do not go
+	// through), with no overall timeout (requests are bounded by their contexts)
 	// that follows a redirect only on the same host, with the same method,
 	// and from https only to https (a list path's canonical URL); any
 	// other 3xx answer is a permanent *StatusError, so the API key never
@@ -551,7 +555,7 @@ func New(baseURL string, c Config) (*Source, error) {
 		}
 	}
 	if cfg.client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr := defaultTransport()
 		tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: h2PingAfter, PingTimeout: h2PingTimeout}
 		tr.MaxIdleConnsPerHost = noKeptHTTP1
 		cfg.client = &http.Client{Transport: tr, CheckRedirect: sameRequest}
@@ -1040,6 +1044,33 @@ func (s *Source) made() bool { return s != nil && s.lim != nil }
 
 func (s *Source) resolve(path string) string {
 	return strings.TrimSuffix(s.base.String(), "/") + path
+}
+
+// defaultTransport returns a copy of net/http's default transport, the
+// base of the Source's own client: http.DefaultTransport cloned, with the
+// settings a program gave it (a proxy, TLS roots), or, when a program put
+// another RoundTripper there (a wrapper such as otelhttp's, a recorder),
+// a transport with the settings net/http gives it: what the Source's own
+// client guarantees holds of net/http's transport alone, and a wrapper,
+// which may hold none, is no transport to clone. Asserted unchecked, the
+// wrapper panicked New (docs/faults.md row 2620). A program whose requests
+// must go through its wrapper sets Config.Client.
+func defaultTransport() *http.Transport {
+	if tr, ok := http.DefaultTransport.(*http.Transport); ok {
+		return tr.Clone()
+	}
+	return &http.Transport{ // as net/http makes http.DefaultTransport
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   30 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: 1 * time.Second,
+	}
 }
 
 // connTracing reports whether c's transport is net/http's own, an

@@ -1,0 +1,67 @@
+package httpsource
+
+import (
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Fault: New without a Client cloned http.DefaultTransport with an
+// unchecked type assertion to *http.Transport, and a program that had put
+// a wrapper there (otelhttp.NewTransport(http.DefaultTransport), a
+// recording or mocking RoundTripper) panicked in New: "interface
+// conversion: http.RoundTripper is *httpsource.countingTransport, not
+// *http.Transport", at its start, or at SIGTERM in a server that makes its
+// Source then.
+//
+//	program    http.DefaultTransport = a wrapper of it
+//	New        before: panic; now the Source's own client, with net/http's
+//	           default transport settings, which the wrapper does not see
+//	list, pause a, b, c on a server closing kept-alive connections as the
+//	           next request arrives: each pause sent once, and read
+//
+// The Source's own client stays its own, for what it guarantees (no pause
+// on a kept-alive connection, the HTTP/2 health check, a failed pause
+// known not sent when it got no connection) holds of net/http's transport
+// alone; a program whose requests must go through its wrapper gives the
+// Source a Client with it (Config.Client).
+func TestNewWithoutAClientWhenTheProgramWrappedTheDefaultTransport(t *testing.T) {
+	wrapper := &countingTransport{next: http.DefaultTransport}
+	http.DefaultTransport = wrapper
+	t.Cleanup(func() { http.DefaultTransport = wrapper.next })
+
+	f := newFakeServer(3)
+	url, ln := f.startClosingKeptAlive(t)
+	var src *Source
+	require.NotPanics(t, func() {
+		var err error
+		src, err = New(url, Config{})
+		require.NoError(t, err)
+	})
+	sbs, err := src.List(t.Context())
+	require.NoError(t, err)
+	require.Len(t, sbs, 3)
+	for _, sb := range sbs {
+		assert.NoError(t, sb.Preserve(ctxWithDeadline(t, time.Minute)), "pause %s", sb.ID())
+	}
+	assert.Equal(t, map[string]int{sandboxID(0): 1, sandboxID(1): 1, sandboxID(2): 1}, f.pauseRequests(),
+		"each pause sent once, and read")
+	assert.Zero(t, ln.Dropped(), "no pause went on a kept-alive connection")
+	assert.Zero(t, wrapper.requests.Load(), "the Source's own client, not the program's wrapper")
+}
+
+// countingTransport is a program's wrapper of a RoundTripper: it counts
+// the requests it passes on.
+type countingTransport struct {
+	next     http.RoundTripper
+	requests atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.requests.Add(1)
+	return c.next.RoundTrip(r)
+}
