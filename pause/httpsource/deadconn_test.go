@@ -34,16 +34,19 @@ import (
 // limit, 250 for Go's server), so the retries went there too.
 //
 // Over a real TLS and HTTP/2 server, in memory so that the wait runs in
-// virtual time: the listing opens the connection, then the path dies.
+// virtual time: a pause opens the pauses' connection (the listings have
+// one of their own, row 2621), then the path dies.
 func TestPauseOnADeadHTTP2ConnectionFailsAndTheRetryGetsANewOne(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFakeServer(1)
+		f := newFakeServer(2)
 		n := newWire(t, f.handler())
 		src := n.source(t, Config{})
 		ids, err := src.RunningIDs(t.Context())
 		require.NoError(t, err)
-		require.Equal(t, []string{sandboxID(0)}, ids)
+		require.Equal(t, []string{sandboxID(0), sandboxID(1)}, ids)
+		require.NoError(t, src.Sandbox(sandboxID(1)).Preserve(ctxWithDeadline(t, time.Minute)))
 		require.Equal(t, "HTTP/2.0", n.proto(), "the server offers HTTP/2 and the Source's client takes it")
+		dials := n.dials()
 
 		n.cut() // nothing more arrives either way; nothing says so
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -53,19 +56,21 @@ func TestPauseOnADeadHTTP2ConnectionFailsAndTheRetryGetsANewOne(t *testing.T) {
 		require.Error(t, err)
 		assert.NotErrorIs(t, err, context.DeadlineExceeded, "the dead connection is found, not waited on to the pause's end")
 		assert.LessOrEqual(t, time.Since(start), h2PingAfter+h2PingTimeout)
-		assert.Empty(t, f.paused(), "the pause never reached the server")
+		assert.Equal(t, []string{sandboxID(1)}, f.paused(), "the pause never reached the server")
 
 		retry, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		require.NoError(t, src.Sandbox(sandboxID(0)).Preserve(retry), "the retry goes on a new connection")
-		assert.Equal(t, []string{sandboxID(0)}, f.paused())
-		assert.Equal(t, 2, n.dials())
+		assert.ElementsMatch(t, []string{sandboxID(0), sandboxID(1)}, f.paused())
+		assert.Equal(t, dials+1, n.dials())
 	})
 }
 
 // The same through the Preserver, as the supervisor runs it: the
-// connection dies right after the listing. Before, every pause waited on
-// it to the phase deadline: 0 of 8 preserved, 4 timed out, 4 not started.
+// connections die right after the listing, the pauses' open (a pause of a
+// sandbox the server does not have opened it). Before, every pause waited
+// on it to the phase deadline: 0 of 8 preserved, 4 timed out, 4 not
+// started.
 func TestPreserverOverADeadHTTP2ConnectionPreservesEverySandbox(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const sandboxes = 8
@@ -76,6 +81,7 @@ func TestPreserverOverADeadHTTP2ConnectionPreservesEverySandbox(t *testing.T) {
 		list := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
 			sbs, err := src.List(ctx)
 			if first {
+				_ = src.Sandbox("not-on-the-server").Preserve(ctx) // the pauses' connection, open
 				n.cut()
 				first = false
 			}
@@ -192,9 +198,11 @@ func newWire(t *testing.T, h http.Handler) *wire {
 func (w *wire) source(t *testing.T, c Config) *Source {
 	s, err := New("https://sandbox-server.test", c)
 	require.NoError(t, err)
-	tr := s.cfg.client.Transport.(*http.Transport)
-	tr.DialContext = w.dial
-	tr.TLSClientConfig = &tls.Config{RootCAs: w.pool}
+	for _, c := range []*http.Client{s.cfg.client, s.cfg.pauseClient} { // the listings' and the pauses'
+		tr := c.Transport.(*http.Transport)
+		tr.DialContext = w.dial
+		tr.TLSClientConfig = &tls.Config{RootCAs: w.pool}
+	}
 	t.Cleanup(s.CloseIdleConnections)
 	return s
 }

@@ -69,10 +69,11 @@ const (
 	h2PingTimeout = 3 * time.Second
 )
 
-// noKeptHTTP1 is the Source's own transport's MaxIdleConnsPerHost: below
-// zero, net/http keeps no HTTP/1 connection for a next request (its
-// tryPutIdleConn), so each request dials its own; an HTTP/2 connection,
-// pooled by its HTTP/2 transport, is still shared. A server closes a
+// noKeptHTTP1 is the MaxIdleConnsPerHost of the Source's own transport
+// for pauses (ownClients): below zero, net/http keeps no HTTP/1
+// connection for a next request (its tryPutIdleConn), so each pause dials
+// its own; an HTTP/2 connection, pooled by its HTTP/2 transport, is still
+// shared. A server closes a
 // kept-alive connection when its keep-alive timeout fires, and a pause
 // sent on it then is written into a connection the server no longer
 // reads: EOF or a reset, no answer, and nothing tells the client that the
@@ -88,7 +89,9 @@ const (
 // connection of its own, which no keep-alive timeout closes before its
 // first request, costs a dial (on loopback 0.18 ms a request against 0.04
 // ms on a kept connection, at a load of 5 on 2 cores) against pauses of
-// milliseconds to minutes. HTTP/2 keeps its connection: a server
+// milliseconds to minutes. The listings keep their connections: a GET,
+// net/http sends one again itself when a kept connection closes under it
+// (docs/faults.md row 2621). HTTP/2 keeps its connection: a server
 // ends it with GOAWAY, which names the last stream it processed, and Go's
 // HTTP/2 transport sends the ones after it again on a new connection.
 const noKeptHTTP1 = -1
@@ -121,10 +124,11 @@ type Config struct {
 	// silently fail then, as having had no answer (transient), and the
 	// next request dials, where they waited to their contexts' end. Over
 	// HTTP/1 the Source's own client keeps no connection for a next
-	// request: each request dials its own, for a pause sent on a
+	// pause: each pause dials its own, for a pause sent on a
 	// kept-alive connection as the server's keep-alive timeout closes it
 	// reaches a server that no longer reads it, and gets no answer that
-	// net/http may send again. A Client of your own that speaks HTTP/2
+	// net/http may send again; the listings, which net/http sends again
+	// then, keep theirs. A Client of your own that speaks HTTP/2
 	// should set its Transport's HTTP2.SendPingTimeout, and one that
 	// speaks HTTP/1 its Transport's MaxIdleConnsPerHost to -1.
 	Client *http.Client
@@ -344,7 +348,8 @@ func AgentENV() Config {
 
 // config is a Config with every default filled in.
 type config struct {
-	client        *http.Client
+	client        *http.Client // the listings'
+	pauseClient   *http.Client // the pauses': client, or the Source's own for pauses (ownClients)
 	apiHeader     string
 	apiKey        string
 	keyFile       *keyFile // Config.APIKeyFile; nil: apiKey
@@ -554,13 +559,11 @@ func New(baseURL string, c Config) (*Source, error) {
 			return nil, err
 		}
 	}
+	cfg.pauseClient = cfg.client
 	if cfg.client == nil {
-		tr := defaultTransport()
-		tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: h2PingAfter, PingTimeout: h2PingTimeout}
-		tr.MaxIdleConnsPerHost = noKeptHTTP1
-		cfg.client = &http.Client{Transport: tr, CheckRedirect: sameRequest}
+		cfg.client, cfg.pauseClient = ownClients()
 	}
-	cfg.connTraced = connTracing(cfg.client)
+	cfg.connTraced = connTracing(cfg.pauseClient)
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
@@ -1022,6 +1025,7 @@ func (s *Source) Sandbox(id string) pause.Sandbox { return &sandbox{src: s, id: 
 func (s *Source) CloseIdleConnections() {
 	if s.made() {
 		s.cfg.client.CloseIdleConnections()
+		s.cfg.pauseClient.CloseIdleConnections()
 	}
 }
 
@@ -1044,6 +1048,27 @@ func (s *Source) made() bool { return s != nil && s.lim != nil }
 
 func (s *Source) resolve(path string) string {
 	return strings.TrimSuffix(s.base.String(), "/") + path
+}
+
+// ownClients returns the clients of the Source's own (Config.Client nil):
+// one for the listings, which keeps its connections for the next listing,
+// and one for the pauses, which keeps no HTTP/1 connection (noKeptHTTP1).
+// A listing is a GET, which net/http sends again itself on a new
+// connection when a kept one closes under it as the server's keep-alive
+// timeout fires, and a drain lists again and again (each listing pass,
+// the listing that settles a gone answer, each poll after a 202, the
+// preStop wait's): dialing for each of its pages, 100 pages of 10,000
+// sandboxes made 100 connections, a TLS handshake each without HTTP/2
+// (docs/faults.md row 2621). Both send a PING on an HTTP/2 connection
+// they have read nothing from for h2PingAfter, and follow only the
+// redirects sameRequest does.
+func ownClients() (lists, pauses *http.Client) {
+	kept, fresh := defaultTransport(), defaultTransport() // not kept.Clone(), which would set kept up for use now
+	for _, tr := range []*http.Transport{kept, fresh} {
+		tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: h2PingAfter, PingTimeout: h2PingTimeout}
+	}
+	fresh.MaxIdleConnsPerHost = noKeptHTTP1
+	return &http.Client{Transport: kept, CheckRedirect: sameRequest}, &http.Client{Transport: fresh, CheckRedirect: sameRequest}
 }
 
 // defaultTransport returns a copy of net/http's default transport, the
@@ -1122,7 +1147,11 @@ func (s *Source) do(ctx context.Context, op, method, target string) (answer, err
 	if key != "" {
 		req.Header.Set(s.cfg.apiHeader, key)
 	}
-	resp, err := s.cfg.client.Do(req)
+	client := s.cfg.client
+	if op == "pause" {
+		client = s.cfg.pauseClient
+	}
+	resp, err := client.Do(req)
 	if s.cfg.keyFile != nil {
 		use = s.cfg.keyFile.answered(use)
 	}
