@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1061,14 +1062,40 @@ func (s *Source) resolve(path string) string {
 // sandboxes made 100 connections, a TLS handshake each without HTTP/2
 // (docs/faults.md row 2621). Both send a PING on an HTTP/2 connection
 // they have read nothing from for h2PingAfter, and follow only the
-// redirects sameRequest does.
+// redirects sameRequest does. Both resume the TLS sessions either had
+// (resumeTLS).
 func ownClients() (lists, pauses *http.Client) {
 	kept, fresh := defaultTransport(), defaultTransport() // not kept.Clone(), which would set kept up for use now
+	sessions := tls.NewLRUClientSessionCache(0)
 	for _, tr := range []*http.Transport{kept, fresh} {
 		tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: h2PingAfter, PingTimeout: h2PingTimeout}
+		resumeTLS(tr, sessions)
 	}
 	fresh.MaxIdleConnsPerHost = noKeptHTTP1
 	return &http.Client{Transport: kept, CheckRedirect: sameRequest}, &http.Client{Transport: fresh, CheckRedirect: sameRequest}
+}
+
+// resumeTLS makes tr resume the TLS sessions kept in sessions, unless its
+// TLS config has a cache of its own. Each pause dials a connection of its
+// own (noKeptHTTP1), over HTTPS without HTTP/2 a TLS handshake each: with
+// no session to resume, a full one, a certificate sent, verified and
+// signed for each pause, on the node whose CPU the pauses need (on
+// loopback, 2.2 ms of CPU a pause, client and server, against 0.89 ms
+// resumed: docs/faults.md row 2622). Where tr has no TLS config, one is
+// made only with ForceAttemptHTTP2 (net/http's own default transport
+// has it): without, a TLS config would turn off the HTTP/2 net/http may
+// attempt, and tr (a program's own in http.DefaultTransport) is left as it is.
+func resumeTLS(tr *http.Transport, sessions tls.ClientSessionCache) {
+	switch {
+	case tr.TLSClientConfig != nil:
+	case !tr.ForceAttemptHTTP2:
+		return
+	default:
+		tr.TLSClientConfig = &tls.Config{}
+	}
+	if tr.TLSClientConfig.ClientSessionCache == nil {
+		tr.TLSClientConfig.ClientSessionCache = sessions
+	}
 }
 
 // defaultTransport returns a copy of net/http's default transport, the
