@@ -108,8 +108,17 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		}
 		switch {
 		case err == nil && status == http.StatusAccepted:
-			s.clearFailedPause(b.id) // a later gone answer is a deletion again
-			return b.confirm(ctx)
+			s.clearFailedPause(b.id)
+			if err := b.confirm(ctx); err != nil {
+				// The server has the pause and may go on with it, as
+				// with one that got no answer: a gone answer next may
+				// be its failure's. Forgotten, a sandbox the server
+				// removed when that pause failed was Vanished
+				// (docs/faults.md row 2623).
+				s.setFailedPause(b.id, &unconfirmed{err: err})
+				return err
+			}
+			return nil
 		case err == nil:
 			s.clearFailedPause(b.id) // a later gone answer is a deletion again
 			return nil
@@ -462,9 +471,19 @@ func (l *runningCheck) ended() bool {
 	}
 }
 
+// An unconfirmed is the record of a pause the server answered 202
+// Accepted that no listing showed done before its context ended, err
+// (confirm): the server has it and may go on with it, as with a pause
+// that got no answer. A record only, never returned: it does not unwrap,
+// so that a listing's answer in err (a 429) is not taken for the pause's.
+type unconfirmed struct{ err error }
+
+func (e *unconfirmed) Error() string { return e.err.Error() }
+
 // lostAfter is the error of a gone answer se to a pause of the sandbox id
 // after an earlier pause of it failed with prev: a 5xx answer, a 409
-// naming a pause in progress, or none. AgentENV removes a sandbox whose
+// naming a pause in progress, none, or a 202 never confirmed
+// (unconfirmed). AgentENV removes a sandbox whose
 // pause failed terminally (the VM could not be put back) and answers 500:
 // the sandbox is lost, not gone. A pause that got no answer (its timeout,
 // a connection reset) may have been that one, the server going on with
@@ -473,6 +492,10 @@ func (l *runningCheck) ended() bool {
 // a deletion by the sandbox's user meanwhile, and only the first is a loss
 // that nothing else would report.
 func lostAfter(id string, prev error, se *StatusError) error {
+	if u, ok := prev.(*unconfirmed); ok {
+		return fmt.Errorf("httpsource: pause %s: gone after the server accepted a pause of it that no listing showed done (%v), counted lost: that pause may have failed and the server removed the sandbox, or its user deleted it meanwhile; now %w",
+			id, u, se)
+	}
 	var p *StatusError
 	if errors.As(prev, &p) && p.StatusCode == http.StatusConflict {
 		return fmt.Errorf("httpsource: pause %s: gone after the server named a pause of it in progress (%d %s: %s), counted lost: that pause may have failed and the server removed the sandbox (AgentENV does), or its user deleted it meanwhile; now %w",
@@ -615,8 +638,11 @@ type noAnswer struct {
 }
 
 func (e *noAnswer) Error() string {
-	if _, answered := e.before.(*StatusError); answered {
+	switch e.before.(type) {
+	case *StatusError:
 		return fmt.Sprintf("%v; the pause before it failed: %v", e.err, e.before)
+	case *unconfirmed:
+		return fmt.Sprintf("%v; the pause before it was accepted and never shown done: %v", e.err, e.before)
 	}
 	return fmt.Sprintf("%v; the pause before it got no answer either: %v", e.err, e.before)
 }
@@ -644,7 +670,8 @@ func (s *Source) noAnswerTo(id string, err error) error {
 }
 
 // setFailedPause records that a pause of the sandbox failed with err: a
-// 5xx answer (*StatusError), or none.
+// 5xx answer (*StatusError), none, or a 202 never shown done
+// (*unconfirmed).
 func (s *Source) setFailedPause(id string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -673,7 +700,8 @@ func (s *Source) clearFailedPause(id string) {
 }
 
 // failedPause returns how the last failed pause of the sandbox failed (a
-// 5xx answer, a 409 naming a pause in progress, or none), or nil.
+// 5xx answer, a 409 naming a pause in progress, none, or a 202 never
+// shown done), or nil.
 func (s *Source) failedPause(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

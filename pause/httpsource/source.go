@@ -474,7 +474,9 @@ func (c Config) resolve() config {
 // from 50 ms, each wait twice the last, up to 1 s apart, and a listing
 // answered overloaded with a Retry-After at the time it names, none when
 // that is past the context's deadline), and if one still does when the
-// context ends, Preserve returns an error that names the 202.
+// context ends, Preserve returns an error that names the 202; the server
+// has that pause and may go on with it, so a gone answer to a later pause
+// of the sandbox counts it lost, as after a pause that got no answer.
 //
 // Overload: when the server answers 429 (or 503 with Retry-After) while other
 // pause requests of this Source were on the wire, the Source lowers the
@@ -530,7 +532,7 @@ type Source struct {
 
 	mu           sync.Mutex
 	notBefore    map[string]holdOff // per sandbox, from Retry-After
-	pauseFailed  map[string]error   // per sandbox, its last pause that got a 5xx answer or none, or a 409 naming one in progress
+	pauseFailed  map[string]error   // per sandbox, its last pause that got a 5xx answer or none, a 202 never shown done (unconfirmed), or a 409 naming one in progress
 	lastOverload *StatusError       // the last overload answer to a pause: why the limit is low
 	keyRefused   map[string]uint64  // per chain of requests, its last refusal of Config.APIKeyFile's key (see keyRefusal)
 
