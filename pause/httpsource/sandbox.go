@@ -84,11 +84,12 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		status := ans.status
 		cancel()
 		if err != nil && ans.unsent {
-			// It never got a connection (one the client's MaxConnsPerHost
-			// held back, a dial refused or cut): no pause the server could
-			// go on with, and a gone answer next is not its failure's.
-			// Taken for no answer, a sandbox its user deleted meanwhile
-			// was counted lost (docs/faults.md row 2481).
+			// None of it was written (no connection: one the client's
+			// MaxConnsPerHost held back, a dial refused or cut; or no
+			// HTTP/2 stream): no pause the server could go on with, and
+			// a gone answer next is not its failure's. Taken for no
+			// answer, a sandbox its user deleted meanwhile was counted
+			// lost (docs/faults.md rows 2481, 2624).
 			s.lim.release(false, false)
 			return fmt.Errorf("httpsource: pause %s: not sent: %w", b.id, err)
 		}

@@ -372,7 +372,7 @@ type config struct {
 	listTimeout   time.Duration // 0: the context alone
 	pauseTimeout  time.Duration
 	maxInFlight   int
-	connTraced    bool // the client's transport is net/http's, which says when a request gets its connection (connTracing)
+	connTraced    bool // the pauses' client's transport is net/http's, which says when it wrote a request's headers (connTracing)
 	logger        *slog.Logger
 	tp            trace.TracerProvider
 	mp            metric.MeterProvider
@@ -459,13 +459,14 @@ func (c Config) resolve() config {
 // this pause); after an earlier pause that got no answer either (the
 // preserve phase's, which the server may still be going on with, before
 // the final sweep's), it names the first such one. A pause that failed
-// before its client got it a connection (a dial refused, a wait for one
-// under its Transport's MaxConnsPerHost that its context ended) was not
-// sent, and is none of these: its error says "not sent", and a gone
-// answer after it is the sandbox gone. That is known of net/http's own
-// transport (an *http.Transport, the Source's own client's), which says
-// when a request gets its connection; with another RoundTripper such a
-// pause counts as one that got no answer.
+// before its client wrote it (a dial refused, a wait for a connection
+// under its Transport's MaxConnsPerHost, or for an HTTP/2 stream under
+// the server's limit, that its context ended) was not sent, and is none
+// of these: its error says "not sent", and a gone answer after it is the
+// sandbox gone. That is known of net/http's own transport (an
+// *http.Transport, the Source's own client's), which says when it has
+// written a request's headers; with another RoundTripper such a pause
+// counts as one that got no answer.
 //
 // A 2xx answer to a pause is the sandbox preserved, its body cut or not
 // (a pause reads none), except 202 Accepted,
@@ -1129,10 +1130,15 @@ func defaultTransport() *http.Transport {
 
 // connTracing reports whether c's transport is net/http's own, an
 // *http.Transport, whose HTTP/1 and HTTP/2 paths both call httptrace's
-// GotConn for a request before they write any of it: a request that
-// failed without it never reached the server. Another RoundTripper (a
-// wrapper, an in-process one) may send a request without it, so there a
-// failure stays one the server may have had.
+// WroteHeaders for a request once its whole header block is written, and
+// not when none of it is (HTTP/2), or not all of it (HTTP/1): a request
+// that failed without it never reached the server as a request. Its
+// GotConn is not that: over HTTP/2 a request gets the pooled connection
+// first and may then wait for a stream (a server's MAX_CONCURRENT_STREAMS
+// that the client keeps to), written never (docs/faults.md row 2624).
+// Another RoundTripper (a wrapper, an in-process one) may send a request
+// without calling either, so there a failure stays one the server may
+// have had.
 func connTracing(c *http.Client) bool {
 	rt := c.Transport
 	if rt == nil {
@@ -1152,8 +1158,8 @@ type answer struct {
 	// where it ends, so an empty one may be an answer cut before its
 	// first byte.
 	closeDelimited bool
-	// unsent says a request that got no answer never got a connection
-	// (connTracing): none of it reached the server.
+	// unsent says a request that got no answer never had its headers
+	// written (connTracing): no request reached the server.
 	unsent bool
 }
 
@@ -1162,8 +1168,8 @@ type answer struct {
 // none came).
 func (s *Source) do(ctx context.Context, op, method, target string) (answer, error) {
 	start := time.Now()
-	var gotConn atomic.Bool
-	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) }})
+	var wroteHeaders atomic.Bool // sticky: a redirect's or a retry's request may come after
+	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { wroteHeaders.Store(true) }})
 	req, err := http.NewRequestWithContext(tctx, method, target, nil)
 	if err != nil {
 		return answer{}, backoff.Permanent(fmt.Errorf("httpsource: %s: %w", op, err))
@@ -1191,15 +1197,15 @@ func (s *Source) do(ctx context.Context, op, method, target string) (answer, err
 			attribute.String(attrOperation, op), attribute.String("http.request.method", method), result}, errStatus...)...))
 	}()
 	if err != nil {
-		unsent := answer{unsent: s.cfg.connTraced && !gotConn.Load()}
+		unsent := answer{unsent: s.cfg.connTraced && !wroteHeaders.Load()}
 		if ctx.Err() != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, context.Cause(ctx))) {
 			// Cut short, not failed: the server may have the request and
 			// go on with it; the error says it never answered, and what
 			// ended it (a timeout of the Source's, the caller's cause,
-			// which the client returns in place of ctx.Err()); or, with no
-			// connection got for it, that it was never sent.
+			// which the client returns in place of ctx.Err()); or, with
+			// none of it written, that it was never sent.
 			if unsent.unsent {
-				return unsent, fmt.Errorf("httpsource: %s: no connection to the server before %s: %w", op, endedBy(ctx), err)
+				return unsent, fmt.Errorf("httpsource: %s: not written to the server before %s: %w", op, endedBy(ctx), err)
 			}
 			return unsent, fmt.Errorf("httpsource: %s: no answer before %s: %w", op, endedBy(ctx), err)
 		}
