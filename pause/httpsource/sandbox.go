@@ -261,7 +261,7 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error, sent u
 			// spec's 409 describes, not AgentENV's code (204). After a
 			// pause of ours that got no answer, which the server went on
 			// with, by that pause: preserved; else by someone else.
-			if prev := b.src.failedPause(b.id); prev != nil && !errors.As(prev, new(*StatusError)) {
+			if b.src.mayHaveGoneOn(b.id) {
 				b.src.clearFailedPause(b.id)
 				return nil
 			}
@@ -532,7 +532,9 @@ func conflictState(body string) string {
 }
 
 // resolveConflict decides what a 409 means by listing again: the sandbox
-// is no longer running (already paused, or gone) -> pause.ErrGone; it is
+// is no longer running (already paused, or gone) -> pause.ErrGone, or nil
+// (preserved) after a pause of ours that the server may have gone on with
+// (mayHaveGoneOn); it is
 // still listed running (a transitional state, such as resuming, the server
 // would not pause) -> transient, so the Preserver retries it in the time
 // left. When the listing fails, the 409 is undecided and takes the
@@ -550,9 +552,26 @@ func (b *sandbox) resolveConflict(ctx context.Context, se *StatusError) error {
 		return undecided
 	case slices.Contains(ids, b.id):
 		return fmt.Errorf("%w (still listed running: retry)", se)
+	case b.src.mayHaveGoneOn(b.id):
+		// Paused by a pause of ours the server went on with (its
+		// answer lost, its timeout): preserved, as the 409 naming the
+		// state paused is with RetryConflict. Taken for gone, it was
+		// Vanished, already preserved by someone else (docs/faults.md
+		// row 2625).
+		b.src.clearFailedPause(b.id)
+		return nil
 	default:
 		return fmt.Errorf("%w: %w (no longer listed running)", pause.ErrGone, se)
 	}
+}
+
+// mayHaveGoneOn reports whether the last failed pause of the sandbox is
+// one the server may have gone on with: one that got no answer, or a 202
+// never shown done, not a failure the server answered (a 5xx, a 409
+// naming a pause in progress: *StatusError).
+func (s *Source) mayHaveGoneOn(id string) bool {
+	prev := s.failedPause(id)
+	return prev != nil && !errors.As(prev, new(*StatusError))
 }
 
 // sendBy returns the time past which a pause under ctx is not sent: ctx's

@@ -443,7 +443,9 @@ func (c Config) resolve() config {
 // 408, 429, 5xx and connection errors are transient;
 // any other 4xx is wrapped in backoff.Permanent. A 409 Conflict is settled
 // by listing again: no longer listed running means pause.ErrGone (already
-// paused or gone), still listed running means transient (a state the
+// paused or gone), or, after a pause of the sandbox that got no answer (or
+// a 202 never shown done), preserved by that pause, which the server went
+// on with; still listed running means transient (a state the
 // server will not pause yet), a listing that fails leaves it in the
 // listing's class (transient or permanent), naming the listing's error;
 // with Config.RetryConflict (AgentENV, whose 409 means a sandbox in
