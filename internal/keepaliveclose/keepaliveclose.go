@@ -2,6 +2,8 @@ package keepaliveclose
 
 import (
 	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -11,6 +13,9 @@ import (
 type Listener struct {
 	net.Listener
 	dropped atomic.Int64
+
+	mu      sync.Mutex
+	methods map[string]int // the dropped requests, by method
 }
 
 // Wrap returns a Listener over ln.
@@ -23,18 +28,40 @@ func (l *Listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: c, dropped: &l.dropped}, nil
+	return &conn{Conn: c, ln: l}, nil
 }
 
 // Dropped returns how many times a connection closed on data that arrived
 // after an answer: the requests sent on a kept-alive connection.
 func (l *Listener) Dropped() int64 { return l.dropped.Load() }
 
+// DroppedMethod returns how many of the dropped requests had the method
+// m (the first word of what arrived): a client may send a GET on a
+// kept-alive connection, which net/http sends again itself when the
+// connection closes under it, and must not send a POST there.
+func (l *Listener) DroppedMethod(m string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.methods[m]
+}
+
+// drop counts the request that starts with data as dropped.
+func (l *Listener) drop(data []byte) {
+	method, _, _ := strings.Cut(string(data), " ")
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.methods == nil {
+		l.methods = map[string]int{}
+	}
+	l.methods[method]++
+	l.dropped.Add(1)
+}
+
 // conn is one connection of a Listener.
 type conn struct {
 	net.Conn
 	answered atomic.Bool
-	dropped  *atomic.Int64
+	ln       *Listener
 }
 
 func (c *conn) Write(p []byte) (int, error) {
@@ -49,7 +76,7 @@ func (c *conn) Write(p []byte) (int, error) {
 func (c *conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 && c.answered.Load() {
-		c.dropped.Add(1)
+		c.ln.drop(p[:n])
 		_ = c.Conn.Close()
 		return 0, net.ErrClosed
 	}

@@ -59,5 +59,7 @@ func TestARequestAfterAnAnswerClosesTheConnectionUnread(t *testing.T) {
 	_, err = br.ReadByte()
 	assert.Error(t, err, "no answer: the connection closed")
 	assert.EqualValues(t, 1, ln.Dropped())
+	assert.Equal(t, 1, ln.DroppedMethod(http.MethodPost))
+	assert.Zero(t, ln.DroppedMethod(http.MethodGet))
 	<-done
 }
