@@ -372,7 +372,6 @@ type config struct {
 	listTimeout   time.Duration // 0: the context alone
 	pauseTimeout  time.Duration
 	maxInFlight   int
-	connTraced    bool // the pauses' client's transport is net/http's, which says when it wrote a request's headers (connTracing)
 	logger        *slog.Logger
 	tp            trace.TracerProvider
 	mp            metric.MeterProvider
@@ -569,7 +568,6 @@ func New(baseURL string, c Config) (*Source, error) {
 	if cfg.client == nil {
 		cfg.client, cfg.pauseClient = ownClients()
 	}
-	cfg.connTraced = connTracing(cfg.pauseClient)
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
@@ -1140,11 +1138,15 @@ func defaultTransport() *http.Transport {
 // that the client keeps to), written never (docs/faults.md row 2624).
 // Another RoundTripper (a wrapper, an in-process one) may send a request
 // without calling either, so there a failure stays one the server may
-// have had.
+// have had. Asked at each request: with a nil Transport, c sends through
+// what http.DefaultTransport is then, where a program may have put
+// another since the Source was made; asked in New, a pause it sent and
+// whose answer was lost was taken for one never sent (docs/faults.md row
+// 2626).
 func connTracing(c *http.Client) bool {
 	rt := c.Transport
 	if rt == nil {
-		rt = http.DefaultTransport // a program may have put a wrapper there
+		rt = http.DefaultTransport
 	}
 	_, ok := rt.(*http.Transport)
 	return ok
@@ -1188,6 +1190,7 @@ func (s *Source) do(ctx context.Context, op, method, target string) (answer, err
 	if op == "pause" {
 		client = s.cfg.pauseClient
 	}
+	traced := connTracing(client) // at each request: a nil Transport is http.DefaultTransport then
 	resp, err := client.Do(req)
 	if s.cfg.keyFile != nil {
 		use = s.cfg.keyFile.answered(use)
@@ -1199,7 +1202,7 @@ func (s *Source) do(ctx context.Context, op, method, target string) (answer, err
 			attribute.String(attrOperation, op), attribute.String("http.request.method", method), result}, errStatus...)...))
 	}()
 	if err != nil {
-		unsent := answer{unsent: s.cfg.connTraced && !wroteHeaders.Load()}
+		unsent := answer{unsent: traced && !wroteHeaders.Load()}
 		if ctx.Err() != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, context.Cause(ctx))) {
 			// Cut short, not failed: the server may have the request and
 			// go on with it; the error says it never answered, and what
