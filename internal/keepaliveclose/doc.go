@@ -16,6 +16,7 @@
 //	srv.Start()
 //	... // the client's requests
 //	ln.Dropped() // the requests that arrived on a kept-alive connection
+//	ln.DroppedMethod("POST") // the ones of them a client must not send there
 //
 // Guarantees: the first request on a connection is always handed on, and
 // so is whatever arrives before the server's first write on it; a request
