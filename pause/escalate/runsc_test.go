@@ -2,6 +2,7 @@ package escalate_test
 
 import (
 	"context"
+	"crypto/rand"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -16,10 +17,14 @@ import (
 	"github.com/drainkit/drainkit/pause/escalate"
 )
 
-// runscContainer runs args as a container of a new runsc state directory and returns
-// that directory and the container's bundle; the container is force-deleted when the
-// test ends.
-func runscContainer(t *testing.T, id string, args []string) (*runsc.Runtime, runsc.Bundle) {
+// runscContainer runs args as a container called name of a new runsc state directory and
+// returns that directory, the container's bundle and its ID; the container is
+// force-deleted when the test ends. The ID is name and a tag of this test process: runsc
+// names a sandbox's control socket (@runsc-sandbox.ID) and its cgroup (/ID in every
+// hierarchy) by the ID alone, whatever its --root, so another test process's "exited"
+// (this package's tests in another worktree or CI job) would make this run fail,
+// "address already in use".
+func runscContainer(t *testing.T, name string, args []string) (*runsc.Runtime, runsc.Bundle, string) {
 	t.Helper()
 	if err := runsc.Usable(); err != nil {
 		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
@@ -35,9 +40,14 @@ func runscContainer(t *testing.T, id string, args []string) (*runsc.Runtime, run
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	id := name + "-" + processTag
 	require.NoError(t, rt.Run(ctx, id, b, filepath.Join(dir, "log")))
-	return rt, b
+	return rt, b, id
 }
+
+// processTag tells this test process's containers from another's: random, not the PID,
+// which another PID namespace may give a concurrent test process too.
+var processTag = rand.Text()[:8]
 
 // Fault (row 974): Example_runsc, the package's one wiring for gVisor, took any runsc
 // kill that failed for a failure, and any runsc state that answered for a container still
@@ -47,16 +57,16 @@ func runscContainer(t *testing.T, id string, args []string) (*runsc.Runtime, run
 // signal, then SIGKILL for the whole kill wait, and ended ExitUnknown, a loss, where it
 // is Gone.
 func TestRunscWiringSaysGoneOfASandboxThatHadExited(t *testing.T) {
-	rt, _ := runscContainer(t, "exited", []string{"/bin/sh", "-c", "exit 0"})
+	rt, _, id := runscContainer(t, "exited", []string{"/bin/sh", "-c", "exit 0"})
 	require.Eventually(t, func() bool {
-		st, err := rt.State(context.Background(), "exited")
+		st, err := rt.State(context.Background(), id)
 		return err == nil && st.Status == "stopped"
 	}, 30*time.Second, 20*time.Millisecond)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	exit, err := escalate.Policy{TermWait: 5 * time.Second, KillWait: time.Second}.Stop(ctx, runscTarget(rt.Root, "exited"))
+	exit, err := escalate.Policy{TermWait: 5 * time.Second, KillWait: time.Second}.Stop(ctx, runscTarget(rt.Root, id))
 	t.Logf("Stop: %s after %v: %v", exit, time.Since(start), err)
 	assert.NoError(t, err)
 	assert.Equal(t, escalate.Gone, exit, "it had exited before the signal")
@@ -79,10 +89,10 @@ func TestRunscWiringSeesTheEndWhenTheWaitIsStolen(t *testing.T) {
 		{"exits on SIGTERM", []string{"/bin/sh", "-c", "touch /ready; exec sleep 3600"}, escalate.Exited},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rt, b := runscContainer(t, "stolen", tc.args)
+			rt, b, id := runscContainer(t, "stolen", tc.args)
 			require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(b.Rootfs(), "ready")); return err == nil },
 				30*time.Second, 20*time.Millisecond)
-			target := runscTarget(rt.Root, "stolen")
+			target := runscTarget(rt.Root, id)
 			target.WaitFunc = func(context.Context) error {
 				return &os.SyscallError{Syscall: "wait4", Err: syscall.ECHILD} // a reaper took it
 			}
@@ -92,7 +102,7 @@ func TestRunscWiringSeesTheEndWhenTheWaitIsStolen(t *testing.T) {
 			t.Logf("Stop: %s: %v", exit, err)
 			assert.NoError(t, err)
 			assert.Equal(t, tc.want, exit)
-			st, err := rt.State(ctx, "stolen")
+			st, err := rt.State(ctx, id)
 			require.NoError(t, err)
 			assert.Equal(t, "stopped", st.Status, "the sandbox ended")
 		})
