@@ -40,8 +40,9 @@ func TestAsPID1ResumesInTheSamePodWithNoZombieLeft(t *testing.T) {
 	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
 	// The cleanup's SIGKILL to PID 1 kills every process of its namespace: the sandboxes
-	// too. Their runsc state (under the namespace's own root) goes with the temporary
-	// directory.
+	// too. Their runsc state, under the namespace's own root, and their cgroups go after
+	// it (removeRunscState).
+	removeRunscState(t, dir)
 	p := pid1test.StartPID1(t, cmd)
 	base := "http://" + addr
 	waitStarted(t, base, &stderr)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
@@ -20,7 +21,7 @@ import (
 
 // runscConfig is testConfig with -runtime runsc (no devices, a 30 s grace, 2 s pauses),
 // skipping the test when runsc is not usable; the gVisor sandboxes left are deleted
-// when the test ends.
+// when the test ends (removeRunscState).
 func runscConfig(t *testing.T) Config {
 	t.Helper()
 	if err := runsc.Usable(); err != nil {
@@ -28,9 +29,33 @@ func runscConfig(t *testing.T) Config {
 	}
 	cfg := testConfig(t)
 	cfg.Runtime, cfg.Devices, cfg.Grace, cfg.PauseLatency = "runsc", 0, 30*time.Second, 2*time.Second
-	root := &runsc.Runtime{Root: filepath.Join(cfg.StateDir, "runsc", "root")}
-	t.Cleanup(func() { _ = root.DeleteAll(context.Background()) })
+	removeRunscState(t, cfg.StateDir)
 	return cfg
+}
+
+// removeRunscState removes, when the test ends, the runsc state the servers on stateDir
+// left, with the cgroups runsc made for their sandboxes: a drain's checkpointed sandboxes
+// are stopped containers, not deleted, and runsc removes a container's cgroups (/ID at
+// the root of every hierarchy) only at `runsc delete`; the temporary directory's removal
+// left them on the machine for good (3 of them a run of this package). This process's
+// PID namespace's sandboxes are force-deleted (its root is sandbox.NewRunsc's, under
+// runsc/root: a DeleteAll of runsc/root itself found none); another namespace's (a
+// server run as PID 1 of its own) died with it, and runsc.Forget removes their state and
+// cgroups, as a next server does. Register it before the servers start, so that it runs
+// once their own cleanups have stopped them.
+func removeRunscState(t *testing.T, stateDir string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		own := sandbox.NewRunsc(filepath.Join(stateDir, "runsc")).Runtime
+		assert.NoError(t, own.DeleteAll(ctx), "this namespace's sandboxes deleted")
+		roots, _ := filepath.Glob(filepath.Join(filepath.Dir(own.Root), "*"))
+		for _, root := range roots {
+			if root != own.Root {
+				assert.NoError(t, runsc.Forget(root), "another namespace's state forgotten")
+			}
+		}
+	})
 }
 
 // With -runtime runsc: the shutdown checkpoints the running gVisor sandboxes, the next
