@@ -146,3 +146,52 @@ func (c *cleanupSeen) Handle(_ context.Context, r slog.Record) error {
 	}
 	return nil
 }
+
+// With -runtime runsc, a drain leaves the sandboxes it checkpointed as stopped containers,
+// each with its cgroups (/ID in every hierarchy), for the next sandboxd to restore. The
+// next one removes what it restores or deletes: a resume deletes the stopped container
+// before its restore, and a delete force-deletes the container, paused or restored. The
+// sandbox it leaves paused keeps its container and cgroups, for the server after it.
+//
+//	first server:  a, b and c running; drained: all three checkpointed, 9 cgroups each
+//	next server:   a resumed, b (paused) deleted: b has none
+//	               a deleted: none; c, still paused, keeps its own
+func TestNextServerLeavesNoCgroupOfASandboxItRestoresOrDeletes(t *testing.T) {
+	cfg := runscConfig(t)
+	st := start(t, cfg)
+	a, b, c := createSandbox(t, st.base), createSandbox(t, st.base), createSandbox(t, st.base)
+	t.Logf("a %s, b %s, c %s", a, b, c)
+	for _, id := range []string{a, b, c} {
+		bundle := runsc.Bundle{Dir: filepath.Join(cfg.StateDir, "runsc", "bundles", id)}
+		require.Eventually(t, func() bool { n, err := bundle.Counter(); return err == nil && n > 1 },
+			time.Minute, 20*time.Millisecond)
+	}
+	rep := st.shutdown(t)
+	require.Equal(t, 3, rep.Preserve.Counts[pause.Preserved])
+	left := sandboxCgroups(c)
+	if len(left) == 0 {
+		t.Skip("runsc put the sandboxes in no cgroup of their ID here: nothing to leave")
+	}
+
+	next := start(t, cfg)
+	code, _, body := call(t, "POST", next.base+"/sandboxes/"+a+"/resume", "")
+	require.Equal(t, http.StatusOK, code, body)
+	code, _, body = call(t, "DELETE", next.base+"/sandboxes/"+b, "")
+	require.Equal(t, http.StatusNoContent, code, body)
+	assert.Empty(t, sandboxCgroups(b), "the paused sandbox deleted")
+	assert.Len(t, sandboxCgroups(a), len(left), "the restored sandbox in its own")
+	code, _, body = call(t, "DELETE", next.base+"/sandboxes/"+a, "")
+	require.Equal(t, http.StatusNoContent, code, body)
+	assert.Empty(t, sandboxCgroups(a), "the restored sandbox deleted")
+	assert.Equal(t, left, sandboxCgroups(c), "the one still paused keeps its own, for the next server")
+}
+
+// sandboxCgroups returns the cgroup directories runsc made for container id: /ID at the
+// root of each hierarchy, for a bundle with no cgroupsPath (runsc.WriteBundle's).
+func sandboxCgroups(id string) []string {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", id))
+	if fi, err := os.Stat(filepath.Join("/sys/fs/cgroup", id)); err == nil && fi.IsDir() {
+		dirs = append(dirs, filepath.Join("/sys/fs/cgroup", id)) // cgroup v2's
+	}
+	return dirs
+}
