@@ -150,7 +150,8 @@ type Config struct {
 	// (its UID the kubelet's config hash: the API server cannot
 	// force-delete a static pod; Report.StaticPod).
 	// And it posts Kubernetes Events on the pod: DrainStarted (T0, the
-	// expected SIGKILL, the plan), SandboxesLost
+	// expected SIGKILL, the plan as the drain runs it; at a preStop call,
+	// once that call's read of the pod answered or failed), SandboxesLost
 	// (Warning: how many, which; again for what a step's final sweep lost,
 	// see Step), StepFinished or StepFailed for each step (with the ublk
 	// step's verdicts), DrainFinished (the Report's counts, every sweep

@@ -588,3 +588,37 @@ func TestKubeletsOwnTerminationEndsTheWaitBeforeTheNodesEnd(t *testing.T) {
 		assert.True(t, stopped, "the daemon step ran")
 	})
 }
+
+// The DrainStarted Event says what the drain will do. Under the kubelet's
+// own termination that is known once the preStop's read of the pod found
+// no deletion: SIGKILL (the node's end) at T0 + KubeletGrace, and the wait
+// ending by the rule to the budget's deadline, not run on to SIGKILL as
+// the plan before that read lays it out.
+//
+//	0 ...... preStop, the pod read: no deletion, the node's end at 4 s
+//	         DrainStarted: SIGKILL at T0+4s, drain until T0+2.6s
+//	2.3 s .. the wait ends (2.6 s less the 300 ms for SIGTERM)
+func TestDrainStartedSaysTheNodesEndUnderTheKubeletsOwnTermination(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second, sandboxes: 2,
+			latency: 100 * time.Millisecond, limit: 4,
+			steps: []Step{stepOf("daemon", 300*time.Millisecond, true, func(ctx context.Context) error {
+				time.Sleep(300 * time.Millisecond)
+				return nil
+			})},
+			edit: func(c *Config) { c.Pod, c.KubeletGrace = podOver(t, api, handlerTransport{api}), 4*time.Second }})
+		tl, _ := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 4*time.Second)
+		t.Logf("timeline:\n%s", tl)
+		require.Equal(t, 2300*time.Millisecond, tl.SIGTERM.Sub(tl.Start), "the wait ended by the rule to the budget's deadline")
+		var started string
+		for _, ev := range api.Events() {
+			if ev.Reason == eventDrainStarted {
+				started = ev.Note
+			}
+		}
+		t.Logf("DrainStarted: %s", started)
+		assert.Contains(t, started, "SIGKILL expected at T0+4s", "the node's end")
+		assert.Contains(t, started, "Plan: drain until T0+2.6s; gate until T0+2.6s; preserve until T0+2.7s (reserve 100ms); daemon until T0+3s")
+	})
+}

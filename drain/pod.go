@@ -46,7 +46,11 @@ const (
 // that fails leaves the budget as it is. at says which event prompted it.
 // Once stopPodReads was called (the Report is being made) no read starts:
 // a repeated SIGTERM can come at any time.
-func (d *Drainer) readPod(at string) {
+func (d *Drainer) readPod(at string) { d.readPodThen(at, nil) }
+
+// readPodThen is readPod, and then, once the read gave the budget what it
+// found (or failed), calls then (nil: nothing) on the read's goroutine.
+func (d *Drainer) readPodThen(at string, then func()) {
 	if d.pod == nil {
 		return
 	}
@@ -57,7 +61,12 @@ func (d *Drainer) readPod(at string) {
 		return
 	}
 	rerun := d.rerun // as of the read's start: an older read's grace is not the new run's
-	d.podReads.Go(func() { d.readOnce(at, rerun) })
+	d.podReads.Go(func() {
+		d.readOnce(at, rerun)
+		if then != nil {
+			then()
+		}
+	})
 }
 
 // readOnce reads the pod's deletion once, for the hook's run rerun (zero:
@@ -674,7 +683,7 @@ func (d *Drainer) event(typ, reason, action, note string) {
 }
 
 // eventStarted posts DrainStarted: how termination began and the plan from
-// the first phase still to run.
+// the first phase still to run, as the drain runs it (windowsFrom).
 func (d *Drainer) eventStarted(how, from string) {
 	if d.pod == nil {
 		return
@@ -683,7 +692,7 @@ func (d *Drainer) eventStarted(how, from string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s at %s; SIGKILL expected at T0+%v (grace %v, margin %v). Plan:",
 		how, st.Start.UTC().Format(time.RFC3339Nano), rel(st.Kill, st.Start), d.budget.Grace(), d.budget.Margin())
-	for _, w := range d.plan.Windows(from) {
+	for _, w := range d.windowsFrom(from) {
 		fmt.Fprintf(&b, " %s until T0+%v", w.Name, rel(w.Deadline, st.Start))
 		if w.Reserve > 0 {
 			fmt.Fprintf(&b, " (reserve %v)", w.Reserve.Round(time.Millisecond))

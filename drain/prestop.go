@@ -337,8 +337,13 @@ func (d *Drainer) startPreStop(at time.Time, hookRun string) *preStopRun {
 	d.prestop = run
 	go d.drainWait(run)
 	d.log.Info("drain: preStop: gate closed, waiting for running sandboxes", "t0", run.sum.Start, "kill", d.budget.Kill())
-	d.readPod("preStop")
-	d.eventStarted("preStop hook called: gate closed, waiting for the running sandboxes", PhaseDrain)
+	// DrainStarted waits for the read: a deletion's grace, or none under
+	// the kubelet's own termination (the node's end at T0 + KubeletGrace,
+	// the wait by the rule to the budget's deadline), changes what the
+	// drain will do, and the Event says that.
+	d.readPodThen("preStop", func() {
+		d.eventStarted("preStop hook called: gate closed, waiting for the running sandboxes", PhaseDrain)
+	})
 	return run
 }
 
@@ -425,11 +430,17 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 // the node goes down at T0 + KubeletGrace, and does not wait for those
 // 2 s: the wait then ends by the plan's rule to the budget's deadline
 // (deadline.Split), which leaves the work its reserves before that end.
-func (d *Drainer) drainDeadline() time.Time {
-	if d.own.Load() {
-		return deadline.Split(time.Now(), d.budget.Deadline(), d.planned...)[0].Deadline
+func (d *Drainer) drainDeadline() time.Time { return d.windowsFrom(PhaseDrain)[0].Deadline }
+
+// windowsFrom is the plan laid out from the phase from, as if it started
+// now (Plan.Windows), as the drain runs it: from the preStop wait under the
+// kubelet's own termination, by the rule to the budget's deadline
+// (drainDeadline).
+func (d *Drainer) windowsFrom(from string) []deadline.Window {
+	if from == PhaseDrain && d.own.Load() {
+		return deadline.Split(time.Now(), d.budget.Deadline(), d.planned...)
 	}
-	return d.plan.Deadline(PhaseDrain)
+	return d.plan.Windows(from)
 }
 
 // stopReason says why waits must stop now, or "" when they need not.
