@@ -124,6 +124,10 @@ type Budget struct {
 	sigterm time.Time     // when SIGTERM arrived; zero until then
 	restart time.Time     // OnRestart: when the kubelet last ran the termination over; zero if never
 	regrace time.Duration // OnRestart: the grace of that run
+	// end is when the node goes down under the kubelet's own termination
+	// (internal/nodeend); zero if not known. Unlike kill it has no floor
+	// after SIGTERM: the node does not wait for the kubelet's 2 s.
+	end time.Time
 	// first is the first run's grace when a deletion gave it more than
 	// grace (OnRestart at or before T0); zero: grace. A run over is given
 	// at most it.
@@ -665,6 +669,10 @@ func (b *Budget) Kill() time.Time { return b.State().Kill }
 // termination event (T0, the hook's run again (OnRestart) or SIGTERM,
 // whichever came last) to SIGKILL: after an overrunning hook the kubelet's
 // 2 s leave a 1 s margin, so the server still gets to use the other second.
+// Under the kubelet's own termination the node may go down before SIGKILL
+// (drain.Config.KubeletGrace: graceful node shutdown ends the node at its
+// slice's end, SIGTERM + 2 s or not); the drain tells the budget that end,
+// and Deadline is then that end minus the margin, by the same rule.
 // Deadline is never before T0 and never after SIGKILL.
 func (b *Budget) Deadline() time.Time { return b.State().Deadline }
 
@@ -711,13 +719,14 @@ type State struct {
 	Start    time.Time     `json:"start"`            // T0
 	SIGTERM  time.Time     `json:"sigterm,omitzero"` // when SIGTERM arrived; zero before
 	Kill     time.Time     `json:"kill"`             // expected SIGKILL
-	Deadline time.Time     `json:"deadline"`         // Kill minus the margin in effect
+	Deadline time.Time     `json:"deadline"`         // Kill minus the margin in effect; the node's end minus it, when that comes first (drain.Config.KubeletGrace)
 	Grace    time.Duration `json:"grace_ns"`         // the grace period the budget was built with
 	// Restart is when the kubelet last ran the termination over (OnRestart:
 	// the hook ran again); zero if it did not.
 	Restart      time.Time     `json:"restart,omitzero"`
 	RestartGrace time.Duration `json:"restart_grace_ns,omitempty"` // the grace of that run
 	Margin       time.Duration `json:"margin_ns"`                  // Budget.Margin: Config.Margin or the default for the grace in use
+	end          time.Time     // when the node goes down (internal/nodeend); zero if not known
 }
 
 // State returns the budget's current view. Until the budget is anchored,
@@ -744,7 +753,7 @@ func (b *Budget) raw() State {
 // rawLocked is raw; the caller holds b.mu.
 func (b *Budget) rawLocked() State {
 	s := State{Anchor: b.anchor, Start: b.start, SIGTERM: b.sigterm, Kill: b.kill, Grace: b.grace, Margin: b.margin,
-		Restart: b.restart, RestartGrace: b.regrace}
+		Restart: b.restart, RestartGrace: b.regrace, end: b.end}
 	if s.Anchor == AnchorNone {
 		s.Start = time.Now()
 		s.Kill = s.Start.Add(b.grace)
@@ -764,7 +773,28 @@ func (s State) settled() State {
 	}
 	margin := min(s.Margin, max(s.Kill.Sub(last)/2, 0))
 	s.Deadline = s.Kill.Add(-margin)
+	if !s.end.IsZero() && s.end.Before(s.Kill) { // the node goes down first: the margin is kept before its end
+		s.Deadline = s.end.Add(-min(s.Margin, max(s.end.Sub(last)/2, 0)))
+	}
 	return s
+}
+
+// endAt records that the node goes down at end (internal/nodeend), an
+// earlier end than one recorded before, on an anchored budget; it reports
+// whether the deadline moved.
+func (b *Budget) endAt(end time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.anchor == AnchorNone || end.IsZero() || !b.end.IsZero() && !end.Before(b.end) {
+		return false
+	}
+	was := b.stateLocked().Deadline
+	b.end = laterOf(monotonic(end), b.start)
+	if b.stateLocked().Deadline.Equal(was) {
+		return false
+	}
+	b.notifyLocked()
+	return true
 }
 
 // ifSIGTERM returns the raw state s, before SIGTERM (unanchored: as if

@@ -589,6 +589,46 @@ func TestKubeletsOwnTerminationEndsTheWaitBeforeTheNodesEnd(t *testing.T) {
 	})
 }
 
+// The node's end does not move with SIGTERM either: a SIGTERM in the
+// slice's last 2 s leaves the kubelet's SIGKILL 2 s after it, past the
+// node's end, and the budget's deadline must still fall before that end,
+// or the critical device teardown is laid out after the node went down. A
+// margin of 500 ms and 500 ms of reserves end the wait at 2.7 s.
+//
+//	0 ...... preStop, the pod read: no deletion, the node's end at 4 s
+//	2.7 s .. the wait ends; SIGTERM: the kubelet's SIGKILL at 4.7 s
+//	         the deadline: 4 s less half of the 1.3 s left, at most the margin
+//	3.3 s .. the http step ends at its deadline; the ublk step (200 ms)
+//	3.5 s .. the teardown is over, the process exits
+//	4 s .... the node goes down
+func TestKubeletsOwnTerminationEndsTheDeviceTeardownBeforeTheNodesEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var torndown time.Time
+		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: 500 * time.Millisecond, sandboxes: 2,
+			latency: 100 * time.Millisecond, limit: 4,
+			steps: []Step{
+				stepOf("http", 200*time.Millisecond, false, func(ctx context.Context) error {
+					<-ctx.Done() // a listener that drains until its deadline
+					return nil
+				}),
+				stepOf("ublk", 200*time.Millisecond, true, func(ctx context.Context) error {
+					time.Sleep(200 * time.Millisecond) // the devices take the step's reserve to stop
+					torndown = time.Now()
+					return nil
+				})},
+			edit: func(c *Config) { c.Pod, c.KubeletGrace = podWithoutDeletion(t, 0), 4*time.Second }})
+		tl, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 4*time.Second)
+		t.Logf("timeline:\n%s", tl)
+		end := tl.Start.Add(4 * time.Second)
+		require.Equal(t, 2700*time.Millisecond, tl.SIGTERM.Sub(tl.Start), "SIGTERM in the slice's last 2 s")
+		assert.Equal(t, tl.SIGTERM.Add(2*time.Second), rep.Budget.Kill, "the kubelet's SIGKILL, past the node's end")
+		assert.Equal(t, end.Add(-500*time.Millisecond), rep.Budget.Deadline, "the node's end less the margin")
+		assert.True(t, torndown.Before(end), "the devices stopped at T0 + %v, the node goes down at T0 + 4 s", torndown.Sub(tl.Start))
+		assert.True(t, tl.Exit.Before(end), "exited at T0 + %v", tl.Exit.Sub(tl.Start))
+		assert.Equal(t, 2, rep.Preserve.Counts["preserved"])
+	})
+}
+
 // The DrainStarted Event says what the drain will do. Under the kubelet's
 // own termination that is known once the preStop's read of the pod found
 // no deletion: SIGKILL (the node's end) at T0 + KubeletGrace, and the wait

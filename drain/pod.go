@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/nodeend"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -624,10 +625,15 @@ func (d *Drainer) pollDeletion() {
 // hook's whole seconds, at least 2 s): under graceful node shutdown the
 // kubelet lets the node go down at its slice's end, with a container it
 // gave up on still inside its last 2 s (docs/real-kubelet.md, "Graceful
-// node shutdown"). The budget keeps its one floor, SIGTERM + 2 s, which
-// only a SIGTERM in the slice's last 2 s reaches.
+// node shutdown"). The budget keeps its one floor for SIGKILL, SIGTERM +
+// 2 s, which only a SIGTERM in the slice's last 2 s reaches; the node's
+// end, which has none, keeps the budget's deadline before it then
+// (internal/nodeend), so that no phase, the device teardown least of all,
+// is laid out after the node went down.
 func (d *Drainer) tightenOwn() bool {
-	return d.budget.Tighten(d.budget.Start().Add(d.kubelet))
+	end := d.budget.Start().Add(d.kubelet)
+	tightened := d.budget.Tighten(end)
+	return nodeend.Set(d.budget, end) || tightened
 }
 
 // stopPodReads ends the reads still running and waits for them: once it
