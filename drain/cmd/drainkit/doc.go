@@ -35,8 +35,8 @@
 // preStop wait side by side (rollout duration, sandboxes lost, nodes
 // SIGKILLed, device daemons killed with live devices). It is a
 // discrete-event model, not the servers: each node's termination is laid
-// out with deadline.Budget (the kubelet's arithmetic) and deadline.Split
-// over the Drainer's phases and reserves, and the pauses are scheduled over
+// out with deadline.Budget (the kubelet's arithmetic) and the Drainer's
+// deadline.Plan over its phases and reserves, and the pauses are scheduled over
 // the concurrency slots inside the preserve window. The real library under
 // testing/synctest is examples/drainsim's TestFullScaleInVirtualTime.
 package main

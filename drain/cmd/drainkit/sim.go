@@ -16,6 +16,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/durflag"
+	"github.com/drainkit/drainkit/internal/planat"
 )
 
 const simUsage = `usage: drainkit sim [-nodes M] [-sandboxes N|LO-HI] [-pause D] [-jitter J] [-grace SECONDS] [-max-unavailable U] [flags]
@@ -47,8 +48,8 @@ lost, the nodes SIGKILLed and the device daemons killed with live devices.
 How it runs: a discrete-event model in virtual time, not the servers
 themselves. Each node's termination is laid out with the library's own clock:
 a deadline.Budget anchored at the preStop (or SIGTERM) and refined with the
-kubelet's arithmetic, deadline.Split for every phase's window with the
-Drainer's phases and reserves (deadline.Work for the preserve reserve: ceil
+kubelet's arithmetic, the Drainer's deadline.Plan for every phase's window
+with its phases and reserves (deadline.Work for the preserve reserve: ceil
 (sandboxes / concurrency) x estimate), and the pauses scheduled over the
 concurrency slots inside the preserve window (no pause starts after its
 deadline; one still running at the hard deadline is lost). The real drain,
@@ -360,12 +361,19 @@ func (c *simConfig) phases(running *int) []deadline.Phase {
 
 // drainkitNode lays the termination out with the library's clock: the
 // budget, anchored at the preStop (or at SIGTERM without one) and refined
-// at SIGTERM with the kubelet's arithmetic; every window from
-// deadline.Split over the Drainer's phases, asked when the phase starts.
+// at SIGTERM with the kubelet's arithmetic; every window from the Drainer's
+// deadline.Plan over its phases, asked when the phase starts, at that
+// instant of virtual time (internal/planat).
 func (c *simConfig) drainkitNode(times []time.Duration, preStop bool) nodeResult {
 	b := c.budget()
 	running := len(times)
-	phases := c.phases(&running)
+	plan, err := deadline.NewPlan(b, c.phases(&running)...)
+	if err != nil {
+		panic(err) // the phases are fixed and their reserves not negative
+	}
+	window := func(at time.Time, name string) deadline.Window {
+		return planat.Windows(plan, at, name).([]deadline.Window)[0]
+	}
 	t0 := epoch
 	sigterm := t0
 	if preStop {
@@ -375,18 +383,18 @@ func (c *simConfig) drainkitNode(times []time.Duration, preStop bool) nodeResult
 		// The sandboxes never finish on their own: the wait ends at the
 		// drain deadline (with none running, at its first count), and the
 		// kubelet sends SIGTERM when the hook returns.
-		sigterm = deadline.Split(t0, b.Deadline(), phases...)[0].Deadline
+		sigterm = window(t0, drain.PhaseDrain).Deadline
 	}
 	b.OnSIGTERM(sigterm)
 	// The gate is instant (no admitted operation in flight); the preserve
 	// phase asks for its window as it starts.
-	w := deadline.Split(sigterm, b.Deadline(), phases[2:]...)[0]
+	w := window(sigterm, drain.PhasePreserve)
 	end, lost := schedule(times, c.concurrency, sigterm, w.Deadline, w.Hard)
 	running = 0
 	// The server's exit, then the device teardown, each in its window.
-	srv := deadline.Split(end, b.Deadline(), phases[3:]...)[0]
+	srv := window(end, "server")
 	end = laterTime(end, srv.Start)
-	td := deadline.Split(end, b.Deadline(), phases[4:]...)[0]
+	td := window(end, "ublk")
 	live := false
 	if fin := end.Add(c.teardown); fin.After(td.Deadline) {
 		end, live = td.Deadline, true

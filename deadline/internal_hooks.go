@@ -1,0 +1,27 @@
+package deadline
+
+import (
+	"time"
+
+	"github.com/drainkit/drainkit/internal/nodeend"
+	"github.com/drainkit/drainkit/internal/planat"
+)
+
+// The drain tells a budget the node's end under the kubelet's own
+// termination through internal/nodeend, and drainkit sim lays a Plan out
+// at an instant of its virtual time through internal/planat: no exported
+// name here.
+func init() {
+	nodeend.Set = func(budget any, end time.Time) bool { return budget.(*Budget).endAt(end) }
+	planat.Windows = func(plan any, now time.Time, from string) any {
+		p := plan.(*Plan)
+		if p.budget == nil { // the zero Plan, as Windows: none
+			return []Window(nil)
+		}
+		i := 0
+		if from != "" {
+			i = p.mustIndex(from)
+		}
+		return p.layout(now, i)
+	}
+}
