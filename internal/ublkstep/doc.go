@@ -26,10 +26,12 @@
 //
 // Guarantees:
 //   - The reserve is read at New (ublk.New checks the Config with its
-//     value then, naming the field it refuses), each time the plan reads
-//     the Phase's Reserve, and once at the start of each Stop: the stages
-//     of a Stop keep the shares of the reserve the plan has just laid the
-//     step's window out with, the holder wait the rest of the window.
+//     value then, naming the field it refuses; a value below zero, which
+//     the drain's plan refuses too, fails New naming the reserve), each
+//     time the plan reads the Phase's Reserve, and once at the start of
+//     each Stop: the stages of a Stop keep the shares of the reserve the
+//     plan has just laid the step's window out with, the holder wait the
+//     rest of the window.
 //   - A deadline moved earlier reaches the Stop in progress (Tighten,
 //     which drain and the supervisor's teardown after its server exited
 //     call). With the reserve in use shorter then than the one the Stop

@@ -15,6 +15,12 @@ import (
 	"github.com/drainkit/drainkit/ublk"
 )
 
+// ublkDefaultReserve is the reserve a ublk.Teardown keeps for its stages
+// when its Config.Reserve is zero (ublk's default, which
+// TestUblkDefaultReserveIsUblks pins), which the stages are laid out from
+// when the reserve reads zero.
+const ublkDefaultReserve = 10 * time.Second
+
 // Teardown is a ublk teardown step whose reserve is a live value: its
 // Phase's Reserve in the drain plan, and Config.Reserve of the
 // ublk.Teardown each Stop runs. It is a drain.Step with Tighten.
@@ -34,8 +40,12 @@ type Teardown struct {
 }
 
 // New checks c (ublk.New's errors, naming the field) with c.Reserve set to
-// reserve's value now, and returns the step. reserve must not be nil; the
-// Config's own Reserve is not used. The daemon is given to ublk as it is
+// reserve's value now, and returns the step. reserve must not be nil nor
+// read below zero now: the drain's plan refuses such a reserve when it is
+// made (deadline.NewPlan), and New names it, not c.Reserve, which is not
+// used. A reserve that reads zero reserves nothing in the plan; the
+// stages are then laid out from ublk's default (a Config with no
+// Reserve), as at a Stop (see Stop). The daemon is given to ublk as it is
 // (ublk reads a *ublk.Process's or a *ublk.Socket's process by its type),
 // and the step learns when it is asked to stop through a hook of c's
 // (ublkhook.Hooks.BeforeRequestStop), the others c has kept: see Tighten.
@@ -43,7 +53,11 @@ func New(daemon ublk.Daemon, c ublk.Config, reserve deadline.Reserve) (*Teardown
 	if reserve == nil {
 		return nil, errors.New("ublkstep: New: the reserve is nil")
 	}
-	c.Reserve = reserve()
+	r := reserve()
+	if r < 0 {
+		return nil, fmt.Errorf("ublkstep: New: the reserve must not be negative (deadline.NewPlan refuses it in the drain's plan), got %v", r)
+	}
+	c.Reserve = r
 	t := &Teardown{daemon: daemon, reserve: reserve, watched: daemon != nil}
 	h := ublkhook.Get(&c)
 	h.BeforeRequestStop = t.asked

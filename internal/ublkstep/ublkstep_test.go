@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/ublk"
@@ -335,4 +336,36 @@ func TestTheLogLineSaysTheStagesWereLaidOutFromTheReserveAtStart(t *testing.T) {
 		assert.Contains(t, done, "verdict=stopped")
 		assert.Contains(t, done, why, "the log line says the Note the step added")
 	})
+}
+
+// Fault (docs/faults.md row 2760): a reserve that reads below zero at New
+// is bad configuration, as deadline.NewPlan and drain.New take it (the
+// plan reads the step's Phase once when it is made), and New fails then;
+// but its error named ublk.Config.Reserve ("ublk: Config.Reserve must be
+// >= 0, got -1s"), a field New does not use and the caller left zero, not
+// the reserve it passed. A reserve that reads zero is a plan's "nothing
+// reserved" (deadline.Work with no item): the step is built, its stages
+// laid out from ublk's default, as a Config with no Reserve.
+func TestNewRefusesANegativeReserveNamingIt(t *testing.T) {
+	tree, err := fakeublk.NewTree(t.TempDir())
+	require.NoError(t, err)
+	cfg := ublkhook.With(ublk.Config{}, ublkhook.Hooks{SysfsRoot: tree.Root, ProcfsRoot: t.TempDir(), KernelRelease: "6.8.0-45-generic"})
+
+	_, err = New(nil, cfg, deadline.Fixed(-time.Second))
+	require.Error(t, err)
+	assert.Equal(t, "ublkstep: New: the reserve must not be negative (deadline.NewPlan refuses it in the drain's plan), got -1s", err.Error())
+	assert.NotContains(t, err.Error(), "Config.Reserve", "the caller's Config has none")
+
+	td, err := New(nil, cfg, deadline.Work(func() int { return 0 }, nil, nil))
+	require.NoError(t, err, "no item: nothing reserved")
+	assert.Zero(t, td.Phase().Reserve(), "the plan reads the reserve as it is")
+	assert.Equal(t, ublkDefaultReserve, td.base.Phase().Reserve(), "the stages laid out from ublk's default")
+}
+
+// ublkDefaultReserve is what ublk lays the stages out from for a Config
+// with no Reserve.
+func TestUblkDefaultReserveIsUblks(t *testing.T) {
+	td, err := ublk.New(nil, ublkhook.With(ublk.Config{}, ublkhook.Hooks{KernelRelease: "6.8.0-45-generic"}))
+	require.NoError(t, err)
+	assert.Equal(t, ublkDefaultReserve, td.Phase().Reserve())
 }
