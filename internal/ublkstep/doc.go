@@ -31,7 +31,12 @@
 //     time the plan reads the Phase's Reserve, and once at the start of
 //     each Stop: the stages of a Stop keep the shares of the reserve the
 //     plan has just laid the step's window out with, the holder wait the
-//     rest of the window.
+//     rest of the window. A reserve that reads zero or below at a Stop
+//     (deadline.Work with no item) keeps no time of the plan's for the
+//     step, and the stages, which still need time to stop the devices
+//     before SIGKILL, are laid out from ublk's default (10 s), as a Config
+//     with no Reserve; below zero, the Stop ran the start's Teardown
+//     (docs/faults.md row 2761).
 //   - A deadline moved earlier reaches the Stop in progress (Tighten,
 //     which drain and the supervisor's teardown after its server exited
 //     call). With the reserve in use shorter then than the one the Stop

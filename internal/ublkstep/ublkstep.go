@@ -18,7 +18,9 @@ import (
 // ublkDefaultReserve is the reserve a ublk.Teardown keeps for its stages
 // when its Config.Reserve is zero (ublk's default, which
 // TestUblkDefaultReserveIsUblks pins), which the stages are laid out from
-// when the reserve reads zero.
+// when the reserve reads zero or below: the plan keeps no time of its own
+// for the step then, and the stages still need time before SIGKILL to
+// stop the devices in the safe order.
 const ublkDefaultReserve = 10 * time.Second
 
 // Teardown is a ublk teardown step whose reserve is a live value: its
@@ -111,7 +113,8 @@ func (t *Teardown) Phase() deadline.Phase {
 // detail.
 func (t *Teardown) Run(ctx context.Context) (any, error) { return t.Stop(ctx) }
 
-// Stop runs ublk.Teardown.Stop with Config.Reserve the reserve's value now,
+// Stop runs ublk.Teardown.Stop with Config.Reserve the reserve's value now
+// (zero for one below zero: the stages then laid out from ublk's default),
 // so that the stages inside ctx's window keep the shares of the reserve the
 // plan gave the step, and the holder wait the rest. A reserve in use that
 // shortens while it runs (a shorter deletion read at a later SIGTERM, a
@@ -130,7 +133,7 @@ func (t *Teardown) Stop(ctx context.Context) (*ublk.Report, error) {
 	t.cur.Store(s)
 	defer t.cur.CompareAndSwap(s, nil)
 	td, buildErr := t.base, error(nil)
-	r := t.reserve()
+	r := t.reserveInUse()
 	if r != t.cfg.Reserve {
 		c := t.cfg
 		c.Reserve = r
@@ -153,6 +156,14 @@ func (t *Teardown) Stop(ctx context.Context) (*ublk.Report, error) {
 	s.finish(rep)
 	return rep, err
 }
+
+// reserveInUse is the reserve's value now, one below zero read as zero
+// (deadline.Reserve): the plan keeps no time of its own for the step, and
+// the stages are laid out from ublk's default, as a Config with no
+// Reserve. Passed on raw, ublk.New refused it, and the Stop ran the
+// Teardown built at start, whose stages kept the reserve then (an hour's
+// grace's 30 s) in a window of a few seconds (docs/faults.md row 2761).
+func (t *Teardown) reserveInUse() time.Duration { return max(t.reserve(), 0) }
 
 // Tighten moves the deadline of the Stop in progress earlier, to dl, and
 // reports whether it moved it; false with none, or with dl no earlier than

@@ -3,10 +3,12 @@ package ublkstep
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakeublk"
@@ -306,10 +310,13 @@ func TestTheStopRequestIsSeenWhateverTheDaemonsType(t *testing.T) {
 // cannot build a Teardown with runs the one built at start, and says so
 // in the Report's Note; the step added that after ublk had logged the
 // Report, so the "ublk teardown done" line, all an operator without the
-// JSON reads of the step (row 2421), lacked it. Virtual time:
+// JSON reads of the step (row 2421), lacked it. ublk.New fails at the
+// Stop here on its MeterProvider, which makes no instrument after the
+// step's New (a reserve below zero, which reached the note before, now
+// counts as zero: row 2761). Virtual time:
 //
 //	0 s     the step built with a reserve of 3 s; ublkb0 held by dm-0
-//	SIGTERM the reserve reads -1 s: no Teardown from it, the start's runs
+//	SIGTERM the reserve reads 4 s: no Teardown from it, the start's runs
 //	1.95 s  dm-0 lets go; 2 s the daemon is asked, the device goes
 //	        the log line: verdict=stopped, note= the start's reserve
 //	        (before: no note=)
@@ -318,14 +325,15 @@ func TestTheLogLineSaysTheStagesWereLaidOutFromTheReserveAtStart(t *testing.T) {
 		var logs bytes.Buffer
 		var reserve atomic.Int64
 		reserve.Store(int64(3 * time.Second))
+		meters := &instrumentsUntil{left: 1}
 		td, _ := rigWith(t, 1950*time.Millisecond, &reserve, func(d ublk.DaemonFuncs) ublk.Daemon { return d },
-			ublk.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-		reserve.Store(int64(-time.Second))
+			ublk.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), MeterProvider: meters})
+		reserve.Store(int64(4 * time.Second))
 		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 		defer cancel()
 		rep, err := td.Stop(ctx)
 		require.NoError(t, err)
-		const why = "the teardown's stages laid out from the reserve at start, not the grace in use: ublk: Config.Reserve"
+		const why = "the teardown's stages laid out from the reserve at start, not the grace in use: ublk: Config.MeterProvider: no instrument left"
 		require.Contains(t, rep.Note, why)
 		var done string
 		for _, l := range strings.Split(logs.String(), "\n") {
@@ -336,6 +344,34 @@ func TestTheLogLineSaysTheStagesWereLaidOutFromTheReserveAtStart(t *testing.T) {
 		assert.Contains(t, done, "verdict=stopped")
 		assert.Contains(t, done, why, "the log line says the Note the step added")
 	})
+}
+
+// instrumentsUntil is a MeterProvider that makes left Int64Counters (one
+// for each ublk.New), then fails to make any.
+type instrumentsUntil struct {
+	noop.MeterProvider
+	mu   sync.Mutex
+	left int
+}
+
+func (p *instrumentsUntil) Meter(string, ...metric.MeterOption) metric.Meter {
+	return countedMeter{p: p}
+}
+
+// countedMeter is instrumentsUntil's Meter.
+type countedMeter struct {
+	noop.Meter
+	p *instrumentsUntil
+}
+
+func (m countedMeter) Int64Counter(name string, opts ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	m.p.mu.Lock()
+	defer m.p.mu.Unlock()
+	if m.p.left == 0 {
+		return nil, errors.New("no instrument left")
+	}
+	m.p.left--
+	return m.Meter.Int64Counter(name, opts...)
 }
 
 // Fault (docs/faults.md row 2760): a reserve that reads below zero at New
@@ -368,4 +404,42 @@ func TestUblkDefaultReserveIsUblks(t *testing.T) {
 	td, err := ublk.New(nil, ublkhook.With(ublk.Config{}, ublkhook.Hooks{KernelRelease: "6.8.0-45-generic"}))
 	require.NoError(t, err)
 	assert.Equal(t, ublkDefaultReserve, td.Phase().Reserve())
+}
+
+// Fault (docs/faults.md row 2761): a reserve that reads below zero at a
+// Stop counts as zero (deadline.Reserve), the plan keeping no time of its
+// own for the step; zero lays the stages out from ublk's default, but
+// below zero ublk.New refused it, and the Stop ran the Teardown built at
+// start, its stages laid out from the reserve then: an hour's grace's 30 s
+// in a window of 25 s, the last resort at once (row 1055's fault), with a
+// Note blaming a Config.Reserve the caller never set. Virtual time, both
+// a reserve that reads zero and one that reads -1 s at the Stop:
+//
+//	0 s    the step built with 30 s; the Stop's window 25 s; ublkb0 held
+//	       by dm-0
+//	before (-1 s): the last resort at 0 s, dm-0 spared (kernel state),
+//	       the daemon not asked: a *HeldError, the device live
+//	1.95 s dm-0 lets go; 2 s, the next poll: the daemon is asked, the
+//	       device goes
+//	15 s   the last-resort point of ublk's 10 s: never reached
+func TestAStopWhoseReserveReadsZeroOrBelowLaysItsStagesOutFromUblksDefault(t *testing.T) {
+	for _, read := range []time.Duration{0, -time.Second} {
+		t.Run(read.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var reserve atomic.Int64
+				reserve.Store(int64(30 * time.Second))
+				td, asked := rig(t, 1950*time.Millisecond, &reserve)
+				reserve.Store(int64(read))
+				ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+				defer cancel()
+				rep, err := td.Stop(ctx)
+				t.Log(rep.String())
+				require.NoError(t, err)
+				assert.Nil(t, rep.LastResort, "no last resort: the holder let go inside the holder wait")
+				assert.Equal(t, 2*time.Second, time.Duration(asked.Load()), "asked to stop at the first poll (100 ms) after dm-0 let go")
+				assert.Equal(t, ublk.VerdictStopped, rep.Device(0).Verdict)
+				assert.NotContains(t, rep.Note, "Config.Reserve")
+			})
+		})
+	}
 }
