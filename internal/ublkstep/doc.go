@@ -57,6 +57,9 @@
 //     a wrapper to see the request would hide it; told at once, sandboxd's
 //     -grace 1h left a disk held with the daemon never asked to stop
 //     (docs/faults.md row 1121). With no daemon, a move is told at once.
+//     A reserve in use that reads zero or below counts as ublk's default
+//     here too: taken as nothing, the move was told at the deadline (or
+//     after it), and the stages got no time (docs/faults.md row 2762).
 //     A "reserve in
 //     use" step in the Report says when a move was put off, and its
 //     Deadline is the moved one, told or not.

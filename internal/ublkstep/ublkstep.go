@@ -133,17 +133,16 @@ func (t *Teardown) Stop(ctx context.Context) (*ublk.Report, error) {
 	t.cur.Store(s)
 	defer t.cur.CompareAndSwap(s, nil)
 	td, buildErr := t.base, error(nil)
-	r := t.reserveInUse()
-	if r != t.cfg.Reserve {
+	if r := t.reserveInUse(); r != t.cfg.Reserve {
 		c := t.cfg
 		c.Reserve = r
 		if built, err := ublk.New(t.daemon, c); err != nil {
-			buildErr, r = err, t.cfg.Reserve
+			buildErr = err
 		} else {
 			td = built
 		}
 	}
-	s.td, s.reserve = td, r
+	s.td, s.reserve = td, td.Phase().Reserve() // ublk's default for a reserve of zero
 	if buildErr != nil {
 		s.note = "the teardown's stages laid out from the reserve at start, not the grace in use: " + buildErr.Error()
 	}
@@ -164,6 +163,21 @@ func (t *Teardown) Stop(ctx context.Context) (*ublk.Report, error) {
 // Teardown built at start, whose stages kept the reserve then (an hour's
 // grace's 30 s) in a window of a few seconds (docs/faults.md row 2761).
 func (t *Teardown) reserveInUse() time.Duration { return max(t.reserve(), 0) }
+
+// stagesReserve is the reserve the stages of a Stop begun now are laid out
+// from: the reserve in use, or ublk's default where it reads zero or
+// below. Tighten compares it with the one the Stop in progress laid them
+// out from; taken as the reserve's value, zero told a moved deadline to
+// the stages at that deadline, and a negative one after it: the holder
+// wait went on into the deadline and the stages got no time, and a Stop
+// begun with zero, laid out from ublk's 10 s, was told a move with a
+// reserve of 3 s at once (docs/faults.md row 2762).
+func (t *Teardown) stagesReserve() time.Duration {
+	if r := t.reserveInUse(); r > 0 {
+		return r
+	}
+	return ublkDefaultReserve
+}
 
 // Tighten moves the deadline of the Stop in progress earlier, to dl, and
 // reports whether it moved it; false with none, or with dl no earlier than
@@ -189,13 +203,15 @@ func (t *Teardown) reserveInUse() time.Duration { return max(t.reserve(), 0) }
 // it is too with no daemon (New's nil), which is never asked. The request
 // is seen whatever the daemon's type (sandboxd's *ublk.Socket as the
 // supervisor's ublk.DaemonFuncs: see New). Either way the Report's Deadline
-// is dl, and a "reserve in use" step says when a move was told later.
+// is dl, and a "reserve in use" step says when a move was told later. A
+// reserve in use that reads zero or below counts here, as at a Stop, as
+// ublk's default (10 s): the stages still need that time before dl.
 func (t *Teardown) Tighten(dl time.Time) bool {
 	s := t.cur.Load()
 	if s == nil || dl.IsZero() {
 		return false
 	}
-	return s.tighten(dl, t.reserve())
+	return s.tighten(dl, t.stagesReserve())
 }
 
 // LastResort is the ublk teardown's (ublk.Teardown.LastResort).
@@ -225,8 +241,9 @@ type stop struct {
 	note      string // the Stop's own end of the Report's Note ("" for none): Teardown.note
 }
 
-// tighten moves the Stop's deadline earlier to dl, with r the reserve in
-// use (see Teardown.Tighten), and reports whether it moved it.
+// tighten moves the Stop's deadline earlier to dl, with r the reserve the
+// stages would be laid out from now (Teardown.stagesReserve; see
+// Teardown.Tighten), and reports whether it moved it.
 func (s *stop) tighten(dl time.Time, r time.Duration) bool {
 	s.mu.Lock()
 	if s.over || !earlier(dl, s.deadline()) {

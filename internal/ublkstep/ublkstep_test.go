@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -261,13 +262,19 @@ func TestTightenAfterTheDaemonWasAskedIsToldAtOnce(t *testing.T) {
 // at a SIGTERM), where the Stop's context ends, as drain ends it. It
 // returns when the Stop began, and what it returned.
 func stopShortenedAt1s(t *testing.T, td *Teardown, reserve *atomic.Int64) (time.Time, *ublk.Report, error) {
+	return stopShortenedAt1sReading(t, td, reserve, 3*time.Second)
+}
+
+// stopShortenedAt1sReading is stopShortenedAt1s with the reserve in use
+// reading read from 1 s on.
+func stopShortenedAt1sReading(t *testing.T, td *Teardown, reserve *atomic.Int64, read time.Duration) (time.Time, *ublk.Report, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
 	ctx, cut := context.WithCancel(ctx)
 	defer cut()
 	time.AfterFunc(time.Second, func() {
-		reserve.Store(int64(3 * time.Second))
+		reserve.Store(int64(read))
 		assert.True(t, td.Tighten(start.Add(28*time.Second)), "the deadline moved earlier")
 		time.AfterFunc(27*time.Second, cut)
 	})
@@ -439,6 +446,52 @@ func TestAStopWhoseReserveReadsZeroOrBelowLaysItsStagesOutFromUblksDefault(t *te
 				assert.Equal(t, 2*time.Second, time.Duration(asked.Load()), "asked to stop at the first poll (100 ms) after dm-0 let go")
 				assert.Equal(t, ublk.VerdictStopped, rep.Device(0).Verdict)
 				assert.NotContains(t, rep.Note, "Config.Reserve")
+			})
+		})
+	}
+}
+
+// Fault (docs/faults.md row 2762): a deadline moved earlier while a Stop
+// runs is told to its stages when only the reserve in use is left before
+// it, if that is shorter than the one they were laid out from; a reserve
+// in use that read zero was told at the deadline itself, and one below
+// zero after it: the holder wait went on into the deadline, and the last
+// resort, the daemon's stop, the fallback and the kill got no time. As a
+// Stop begun with it does (row 2761), the step lays the stages out from
+// ublk's default (10 s) for such a reserve: told at once to a Stop begun
+// with 3 s, when 10 s are left to one begun with 30 s. Virtual time,
+// dm-0 on the disk, never letting go:
+//
+//	0 s    the Stop begins, its deadline 100 s, its reserve 3 s (or 30 s)
+//	1 s    the reserve in use reads 0 (or -1 s), the deadline 28 s
+//	18 s   begun with 30 s: told, the stages share the 10 s left: the
+//	       last resort
+//	25 s   begun with 3 s: the last-resort point of 3 s before 28 s
+//	28 s   the deadline; before: no last resort at all, the deadline
+//	       told to the stages then (0) or never (-1 s)
+func TestAReserveInUseOfZeroOrBelowLeavesTheStagesTheirTime(t *testing.T) {
+	for _, tc := range []struct {
+		began, read, lastResort time.Duration
+	}{
+		{3 * time.Second, 0, 25 * time.Second},
+		{3 * time.Second, -time.Second, 25 * time.Second},
+		{30 * time.Second, 0, 18 * time.Second},
+		{30 * time.Second, -time.Second, 18 * time.Second},
+		{0, 3 * time.Second, 25 * time.Second}, // begun with ublk's 10 s: told when 3 s are left
+	} {
+		t.Run(fmt.Sprintf("began %v, read %v", tc.began, tc.read), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var reserve atomic.Int64
+				reserve.Store(int64(tc.began))
+				td, asked := rig(t, time.Hour, &reserve)
+				start, rep, err := stopShortenedAt1sReading(t, td, &reserve, tc.read)
+				t.Log(rep.String())
+				assert.Equal(t, start.Add(28*time.Second), rep.Deadline, "the deadline moved earlier")
+				var held *ublk.HeldError
+				require.ErrorAs(t, err, &held, "dm-0 never lets go; the daemon's death is not known to stop it")
+				require.NotNil(t, rep.LastResort, "the last resort ran before the deadline")
+				assert.Equal(t, tc.lastResort, rep.LastResort.At.Sub(start))
+				assert.Zero(t, asked.Load(), "never asked to stop under its holder")
 			})
 		})
 	}
