@@ -34,6 +34,13 @@ type fakeKernel struct {
 	hangStop     bool       // STOP_DEV never answers (a hung daemon holds I/O)
 	noProbe      bool       // the Control's probe (dev_id U32_MAX) gets no answer
 	allAnswers   unix.Errno // when set, the answer to every command (EPERM: not CAP_SYS_ADMIN)
+
+	// probeHangs: the probe's completion does not come before the
+	// command's context ends; probeSubmitErr: the ring refuses the
+	// probe's submission, with that error.
+	probeHangs     bool
+	probeSubmitErr error
+
 	// unprivileged: its device was added with UBLK_F_UNPRIVILEGED_DEV, so
 	// a command for it that does not name its char device (dev_path_len
 	// 0) gets EINVAL, and one naming another node EPERM
@@ -65,6 +72,13 @@ func (k *fakeKernel) control() *Control {
 		}
 		if k.noProbe && id == probeDevID {
 			return 0, context.DeadlineExceeded
+		}
+		if k.probeHangs && id == probeDevID {
+			<-ctx.Done()
+			return 0, ctx.Err()
+		}
+		if k.probeSubmitErr != nil && id == probeDevID {
+			return 0, k.probeSubmitErr
 		}
 		if k.checkOpFirst && op <= 0xff && !k.plain {
 			return -int32(k.unknown), nil
@@ -468,8 +482,50 @@ func TestAnENODEVTheProbeDidNotTellIsNoDeviceGone(t *testing.T) {
 	err := c.StopDev(t.Context(), 3)
 	require.Error(t, err, "not done: device 3 may be live")
 	assert.NotErrorIs(t, err, unix.ENODEV)
-	assert.ErrorContains(t, err, "ublk: STOP_DEV dev 3: no such device; whether that was the device's, or a refusal of the number by a kernel before 6.1.43, not told: "+
-		"probe GET_DEV_INFO (plain 0x02) dev 0xffffffff: context deadline exceeded")
+	assert.ErrorContains(t, err, "ublk: STOP_DEV dev 3: answered ENODEV (no such device); whether that was the device's, or a refusal of the number by a kernel before 6.1.43, not told: "+
+		"the probe GET_DEV_INFO (plain 0x02) dev 0xffffffff not read")
 	assert.False(t, k.stopped)
 	assert.Equal(t, []uint32{cmdStopDev, 0x02}, k.sent)
+}
+
+// Fault (docs/faults.md row 2763): the command answered ENODEV and the
+// probe that tells it from 6.0's refusal of the number was not read: its
+// context ended before the probe's completion, or the ring refused the
+// probe's submission. The error wrapped the probe's, the context's end
+// or the ring's errno, so ublk's devStep, which takes an error wrapping
+// its context's end for a command the kernel runs on, recorded STOP_DEV
+// or DEL_DEV "sent; not complete" and pending, where the kernel had
+// answered it, and a refused submission read as the device's error. It
+// now says that the command was answered and the probe not read, and
+// wraps neither.
+//
+//	0 s  STOP_DEV 0xc0207507 dev 3: ENODEV (6.0's refusal, or no device 3)
+//	     the probe GET_DEV_INFO 0x02 dev U32_MAX: no completion
+//	1 s  the context ends: STOP_DEV answered, the probe not read
+func TestAnENODEVWhoseProbeWasNotReadSaysTheCommandWasAnswered(t *testing.T) {
+	t.Run("the context ended before the probe's answer", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			k := &fakeKernel{plain: true, unknown: unix.ENODEV, dev: 3, probeHangs: true} // 6.0: device 3 live
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			err := k.control().StopDev(ctx, 3)
+			require.Error(t, err, "not done: device 3 may be live")
+			assert.NotErrorIs(t, err, unix.ENODEV)
+			assert.NotErrorIs(t, err, context.DeadlineExceeded, "answered: not a command the kernel runs on")
+			assert.EqualError(t, err, "ublk: STOP_DEV dev 3: answered ENODEV (no such device); whether that was the device's, or a refusal of the number by a kernel before 6.1.43, not told: "+
+				"the probe GET_DEV_INFO (plain 0x02) dev 0xffffffff not read: the context ended before its answer (context deadline exceeded)")
+			assert.Equal(t, []uint32{cmdStopDev, 0x02}, k.sent)
+		})
+	})
+	t.Run("the probe's submission refused", func(t *testing.T) {
+		busy := fmt.Errorf("uring: io_uring_enter: %w", unix.EBUSY)
+		k := &fakeKernel{plain: true, unknown: unix.ENODEV, dev: 3, probeSubmitErr: busy}
+		err := k.control().DelDev(t.Context(), 3)
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, unix.ENODEV)
+		assert.NotErrorIs(t, err, unix.EBUSY, "the ring's errno, not the device's")
+		assert.EqualError(t, err, "ublk: DEL_DEV dev 3: answered ENODEV (no such device); whether that was the device's, or a refusal of the number by a kernel before 6.1.43, not told: "+
+			"the probe GET_DEV_INFO (plain 0x02) dev 0xffffffff not read: not sent or not answered (uring: io_uring_enter: device or resource busy)")
+		assert.Empty(t, k.deleted)
+	})
 }

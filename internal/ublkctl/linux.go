@@ -37,7 +37,11 @@ import (
 // The same command then goes once more with its plain number, after an
 // ENODEV only once a probe no device can change said the kernel is one
 // of 6.0 and 6.1 to 6.1.42 (see probeAge): on a later one the ENODEV was
-// the device's, and the command is not sent again. The Control keeps to
+// the device's, and the command is not sent again. When the probe told
+// nothing (not answered before ctx ended, its submission refused), the
+// error says the command was answered ENODEV and the probe not read, and
+// wraps neither ENODEV nor ctx's end: the command did complete, and what
+// its answer means is not known. The Control keeps to
 // one encoding for the rest of its life once the kernel has shown which
 // it takes: the encoded one when one got an answer of the command's own
 // (success, or an error other than ENODEV, EPERM and an unknown
@@ -197,8 +201,7 @@ func (c *Control) do(ctx context.Context, op uint32, id int, buf []byte) error {
 		age, perr := c.probeAge(ctx)
 		switch {
 		case perr != nil:
-			return fmt.Errorf("%w; whether that was the device's, or a refusal of the number by a kernel before 6.1.43, not told: %w",
-				noLongerENODEV(err), perr)
+			return untoldENODEV(ctx, op, id, perr)
 		case age == agePlainRefused:
 			c.enc = encIoctl
 			return err
@@ -248,7 +251,7 @@ func (c *Control) probeAge(ctx context.Context) (kernelAge, error) {
 	answer := unix.Errno(-res)
 	switch {
 	case err != nil:
-		return ageUnknown, fmt.Errorf("probe GET_DEV_INFO (plain 0x%02x) dev %#x: %w", plainOp(cmdGetDevInfo), probeDevID, err)
+		return ageUnknown, &probeNotRead{err}
 	case answer == unix.EINVAL:
 		c.age = ageHandlersLookUp
 	case answer == unix.ENODEV:
@@ -293,11 +296,37 @@ func (a kernelAge) String() string {
 	return "unknown"
 }
 
-// noLongerENODEV is err, an ENODEV's error, with the errno kept as text
-// only: an ENODEV not told from 6.0's refusal of the number must not
-// count as a device that does not exist (STOP_DEV and DEL_DEV done).
-func noLongerENODEV(err error) error {
-	return errors.New(err.Error())
+// probeNotRead is probeAge's error when the probe got no answer: not
+// sent (the ring refused it), or its context ended before its completion.
+type probeNotRead struct{ err error }
+
+func (e *probeNotRead) Error() string {
+	return fmt.Sprintf("probe GET_DEV_INFO (plain 0x%02x) dev %#x: %v", plainOp(cmdGetDevInfo), probeDevID, e.err)
+}
+
+func (e *probeNotRead) Unwrap() error { return e.err }
+
+// untoldENODEV is do's error for the command op to device id, answered
+// ENODEV, when the probe that tells a device that does not exist from 6.0's
+// refusal of the number told nothing (perr, probeAge's error). The command
+// was answered: the error wraps neither ENODEV (STOP_DEV and DEL_DEV would
+// count it done, the device maybe live) nor the probe's context's end,
+// which a caller takes for a command the kernel runs on (ublk's devStep:
+// "sent; not complete", pending), nor the ring's errno, which would read
+// as the device's (docs/faults.md row 2763).
+func untoldENODEV(ctx context.Context, op uint32, id int, perr error) error {
+	why := perr.Error() // the probe answered as no kernel does
+	var notRead *probeNotRead
+	if errors.As(perr, &notRead) {
+		why = fmt.Sprintf("the probe GET_DEV_INFO (plain 0x%02x) dev %#x not read: ", plainOp(cmdGetDevInfo), probeDevID)
+		if ctx.Err() != nil && errors.Is(notRead.err, ctx.Err()) {
+			why += fmt.Sprintf("the context ended before its answer (%v)", ctx.Err())
+		} else {
+			why += fmt.Sprintf("not sent or not answered (%v)", notRead.err)
+		}
+	}
+	return fmt.Errorf("ublk: %s dev %d: answered ENODEV (%v); whether that was the device's, or a refusal of the number by a kernel before 6.1.43, not told: %s",
+		cmdName(op), id, unix.ENODEV, why)
 }
 
 // try sends op (the command cmd, in one of its encodings) and returns
