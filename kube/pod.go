@@ -377,7 +377,13 @@ type Deletion struct {
 	ClockOffset time.Duration
 	// Grace is metadata.deletionGracePeriodSeconds: the grace period the
 	// deletion asked for, which the kubelet uses instead of the manifest's
-	// terminationGracePeriodSeconds. Zero if the field is absent.
+	// terminationGracePeriodSeconds. Zero if the field is absent. A 0 (a
+	// force deletion, kubectl delete --force --grace-period=0, of a pod
+	// that a finalizer keeps in the API server) is 1 s, which the kubelet
+	// gives it ("no matter what, we always supply a grace period of 1"),
+	// and Timestamp is then the deletion's time plus that second: as
+	// SpecGrace, never read as no grace. Without a finalizer the API
+	// server removes the pod at once, and a read finds none (IsNotFound).
 	Grace time.Duration
 	// SpecGrace is spec.terminationGracePeriodSeconds: the most a
 	// termination the kubelet makes on its own gives the pod (graceful
@@ -769,7 +775,12 @@ func (o *podObject) deletion() (Deletion, error) {
 	}
 	d.Timestamp = *o.Metadata.DeletionTimestamp
 	switch s := o.Metadata.DeletionGracePeriodSeconds; {
-	case s == nil || *s <= 0:
+	case s == nil || *s < 0:
+	case *s == 0:
+		// A force deletion that a finalizer keeps the pod through: the
+		// kubelet runs it with its least grace, as a spec's 0 (SpecGrace).
+		d.Grace = leastGrace
+		d.Timestamp = d.Timestamp.Add(leastGrace)
 	case *s > maxSeconds: // kubectl delete --grace-period takes any int64
 		d.Grace = time.Duration(math.MaxInt64)
 	default:

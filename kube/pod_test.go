@@ -210,6 +210,20 @@ func TestDeletionGraceBeyondADurationSaturates(t *testing.T) {
 	}
 }
 
+// Fault (docs/faults.md row 2740): a force deletion of a pod that a
+// finalizer keeps in the API server leaves deletionGracePeriodSeconds 0,
+// which the kubelet runs with its 1 s; read as no grace, the drain took it
+// for SIGKILL at the deletionTimestamp, and after a longer deletion for a
+// grace the kubelet does not give. It is the kubelet's 1 s, as a spec's 0.
+func TestForceDeletionKeptByAFinalizerIsTheKubeletsOneSecond(t *testing.T) {
+	at := time.Date(2026, 11, 30, 3, 30, 0, 0, time.UTC)
+	_, cfg := newAPIServer(t, podJSON(t, deleted(at, 0)))
+	d, err := newPod(t, cfg, testPod).Deletion(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, time.Second, d.Grace)
+	assert.True(t, at.Add(time.Second).Equal(d.Timestamp), "the deletion's time + the kubelet's 1 s: %v", d.Timestamp)
+}
+
 func TestDeletionSecondPrecisionFromTheAPIServer(t *testing.T) {
 	// metav1.Time drops fractions of a second, so the reader sees the kill
 	// time up to 1 s early.

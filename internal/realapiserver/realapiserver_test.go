@@ -205,6 +205,73 @@ func TestRealAPIServer(t *testing.T) {
 		require.NoError(t, rep.Err())
 	})
 
+	// docs/faults.md row 2740: a force deletion (gracePeriodSeconds 0) of a
+	// pod that a finalizer keeps in the API server leaves it there with
+	// deletionGracePeriodSeconds 0, which the kubelet runs with its 1 s
+	// ("no matter what, we always supply a grace period of 1"), and, after
+	// a deletion of 30 s, as the shorter second deletion it is: the kubelet
+	// keeps the grace its termination started with (row 228). The read took
+	// the 0 for no grace, and the drain put SIGKILL at the deletionTimestamp
+	// (the first deletion's time), so the floor 2 s after SIGTERM.
+	//
+	//	delete 30 s ── preStop (T0) ── read: SIGKILL T0+30 s
+	//	delete --force, grace 0 (the finalizer keeps the pod)
+	//	SIGTERM ── read: grace 0 → the budget stands at T0+30 s
+	t.Run("ForceDeletionOfAPodAFinalizerKeepsIsTheKubeletsOneSecond", func(t *testing.T) {
+		const name = "held-0"
+		c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+ns+"/pods", &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{"drainkit.test/held"}},
+			Spec: corev1.PodSpec{NodeName: "node-that-does-not-exist", ServiceAccountName: serviceAccount,
+				TerminationGracePeriodSeconds: new(int64(3600)), Containers: []corev1.Container{{Name: "sandboxd", Image: "sandboxd"}}},
+		}, http.StatusCreated, nil)
+		pod, err := kube.New(name, podConfig(t, c, realapiserver.PodToken))
+		require.NoError(t, err)
+		_, err = pod.Spec(t.Context()) // at start: the pod's UID known
+		require.NoError(t, err)
+
+		first, _ := deletePod(t, c, name, 30)
+		var logs logbuf.Buffer
+		atSIGTERM := logbuf.NewSignal("at=SIGTERM")
+		b, err := deadline.New(3600*time.Second, deadline.Config{Margin: time.Second})
+		require.NoError(t, err)
+		node := draintest.NewNode()
+		node.AddN("sb", 2, time.Millisecond)
+		d, err := drain.New(drain.Config{Budget: b, Sandboxes: node, Pod: pod,
+			Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, atSIGTERM), nil)),
+			Steps: []drain.Step{drain.NewStep(deadline.Phase{Name: "after-the-read", Reserve: deadline.Fixed(time.Second)},
+				func(context.Context) (any, error) {
+					select { // the read at SIGTERM answers before the Report
+					case <-atSIGTERM.Seen():
+					case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+					}
+					return nil, nil
+				})},
+		})
+		require.NoError(t, err)
+		next := b.Changed()
+		d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/drain?wait=0s", nil))
+		for b.Kill().Sub(b.Start()) >= time.Hour {
+			<-next // the read at the preStop call, in the background
+			next = b.Changed()
+		}
+		kill := b.Kill()
+		assert.WithinRange(t, kill, first.Add(29*time.Second), first.Add(31*time.Second), "the first deletion's 30 s")
+
+		deletePod(t, c, name, 0) // kubectl delete --force --grace-period=0
+		del, err := pod.Deletion(t.Context())
+		require.NoError(t, err, "the finalizer keeps the pod")
+		assert.Equal(t, time.Second, del.Grace, "the kubelet's 1 s for a grace of 0")
+
+		rep := d.Shutdown(t.Context())
+		require.NoError(t, rep.Err())
+		t.Logf("SIGKILL read at the preStop call T0+%v, in the Report T0+%v (SIGTERM at T0+%v)",
+			kill.Sub(rep.Budget.Start).Round(time.Millisecond), rep.Budget.Kill.Sub(rep.Budget.Start).Round(time.Millisecond),
+			rep.Budget.SIGTERM.Sub(rep.Budget.Start).Round(time.Millisecond))
+		assert.True(t, rep.Budget.Kill.Equal(kill), "the kubelet keeps the 30 s its termination started with: SIGKILL %v, want %v",
+			rep.Budget.Kill, kill)
+		assert.Contains(t, logs.String(), "a second deletion shortened the pod's grace")
+	})
+
 	// docs/faults.md row 1030: in a pod, reads are made with the pod's own
 	// token, bound to it, which the API server takes only while the pod is
 	// there with its UID: after a force deletion (kubectl delete --force
