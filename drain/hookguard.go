@@ -57,6 +57,9 @@ type HookGuard struct {
 // Wrap returns next guarded: a request passes when it carries the secret
 // (compared in constant time) or, with no Secret configured, comes from a
 // loopback address; and Check, if set, lets it. Anything else gets 403.
+// A Drainer's PreStop handler behind it takes T0 from when the request
+// arrived, not from when Check let it through: the kubelet's grace runs
+// from its call, however long Check held it.
 func (g *HookGuard) Wrap(next http.Handler) http.Handler {
 	header := g.Header
 	if header == "" {
@@ -68,13 +71,30 @@ func (g *HookGuard) Wrap(next http.Handler) http.Handler {
 	}
 	refusals := &refusalLog{log: log}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived := time.Now()
 		if err := g.allow(r, header); err != nil {
 			refusals.refused(r, err.Error())
 			http.Error(w, "forbidden: "+err.Error(), http.StatusForbidden)
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), arrivalKey{}, arrived)))
 	})
+}
+
+// arrivalKey is the context key under which Wrap passes on when a request
+// it let through arrived: the kubelet's grace runs from its call of the
+// hook, and Check (RequireTerminating's read of the pod, up to its
+// timeout against an API server that does not answer) may hold the call
+// before the hook sees it, which would put T0, and SIGKILL, that much late.
+type arrivalKey struct{}
+
+// arrival is when r arrived at a HookGuard that let it through, or now
+// when none did.
+func arrival(r *http.Request, now time.Time) time.Time {
+	if at, ok := r.Context().Value(arrivalKey{}).(time.Time); ok && at.Before(now) {
+		return at
+	}
+	return now
 }
 
 // refusalEvery is the most often a HookGuard logs a refusal of one reason.
@@ -179,10 +199,11 @@ func loopbackPeer(r *http.Request) bool {
 // being deleted has no reason to drain. A read that fails for another
 // reason (the API server unreachable, no permission) lets the request
 // through: the secret already vouched for it, and a drain refused by
-// mistake loses sandboxes. The read is bounded by timeout. A nil pod, or a
-// timeout that is not positive, panics here, when the guard is built: a
-// read with no time fails, and a failed read lets every request through,
-// so that check would refuse nothing.
+// mistake loses sandboxes. The read is bounded by timeout, and holds the
+// hook's call that long at most; T0 stays the call's arrival (Wrap). A nil
+// pod, or a timeout that is not positive, panics here, when the guard is
+// built: a read with no time fails, and a failed read lets every request
+// through, so that check would refuse nothing.
 //
 // Do not use it where a pod drains without being deleted: under the
 // kubelet's graceful node shutdown the preStop hook runs with no

@@ -15,7 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/draintest"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/kube"
 )
@@ -194,4 +196,40 @@ func TestRequireTerminatingRefusesANoOpCheckWhenBuilt(t *testing.T) {
 	}
 	assert.PanicsWithValue(t, "drain: RequireTerminating: nil DeletionReader (a *kube.Pod from kube.New)",
 		func() { drain.RequireTerminating(nil, time.Second) })
+}
+
+// unansweredPod is a pod whose read, as kube.Pod's against an API server
+// that does not answer (overloaded, a network partition), waits until its
+// context ends.
+type unansweredPod struct{}
+
+func (unansweredPod) DeletionTimestamp(ctx context.Context) (time.Time, error) {
+	<-ctx.Done()
+	return time.Time{}, ctx.Err()
+}
+
+// Fault (docs/faults.md row 2741): the kubelet's grace runs from its call
+// of the hook, and the preStop handler took T0 when the guard let the call
+// through, after RequireTerminating's read of the pod: an API server that
+// did not answer held the call for the read's timeout, and T0, so SIGKILL,
+// was planned that much after the kubelet's. T0 is now the call's arrival.
+//
+//	0 s  the kubelet calls the hook; the guard reads the pod: no answer
+//	2 s  the read gives up, the call is let through; T0 = 0 s, SIGKILL 30 s
+func TestAGuardsReadOfThePodDoesNotMoveT0(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := deadline.New(30*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		d, err := drain.New(drain.Config{Budget: b, Sandboxes: draintest.NewNode()})
+		require.NoError(t, err)
+		guard := drain.HookGuard{Check: drain.RequireTerminating(unansweredPod{}, 2*time.Second)}
+		r := httptest.NewRequest("GET", "/drain?wait=0s", nil)
+		r.RemoteAddr = "127.0.0.1:5"
+		called := time.Now()
+		guard.Wrap(d.PreStop()).ServeHTTP(httptest.NewRecorder(), r)
+		require.Equal(t, 2*time.Second, time.Since(called), "the guard's read ran to its timeout")
+		assert.Equal(t, called, b.Start(), "T0 is the kubelet's call, not the end of the guard's read")
+		assert.Equal(t, called.Add(30*time.Second), b.Kill())
+		d.Shutdown(t.Context())
+	})
 }

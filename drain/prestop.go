@@ -183,7 +183,7 @@ func (d *Drainer) PreStop() http.Handler {
 				countBound = t.C
 			}
 		}
-		at := time.Now()
+		at := arrival(r, time.Now()) // before a HookGuard's Check held it
 		if v := r.URL.Query().Get("start"); v != "" {
 			start, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -67,6 +68,7 @@ type Cluster struct {
 	CAFile string // the CA the serving certificate chains to
 	Dir    string
 	client *http.Client
+	server *os.Process // the kube-apiserver's
 }
 
 // Require returns the path of the kube-apiserver and of etcd, or skips the
@@ -128,7 +130,7 @@ func Start(t *testing.T) *Cluster {
 		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
 		"--initial-cluster=default="+peerURL, "--log-level=warn")
-	start(t, dir, "kube-apiserver", apiserver,
+	c.server = start(t, dir, "kube-apiserver", apiserver,
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+apiPort,
 		"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile, "--cert-dir="+filepath.Join(dir, "certs"),
@@ -284,9 +286,22 @@ func (c *Cluster) TokenFile(t *testing.T, token string) string {
 	return path
 }
 
+// Stall stops the kube-apiserver (SIGSTOP) until the returned resume is
+// called, or the test ends: an API server that does not answer, as an
+// overloaded or partitioned one. The kernel still takes connections, and
+// every request waits, its TLS handshake first.
+func (c *Cluster) Stall(t *testing.T) (resume func()) {
+	t.Helper()
+	must(t, c.server.Signal(syscall.SIGSTOP))
+	var once sync.Once
+	resume = func() { once.Do(func() { must(t, c.server.Signal(syscall.SIGCONT)) }) }
+	t.Cleanup(resume)
+	return resume
+}
+
 // start runs a server process whose output goes to dir/name.log, and stops
 // it (SIGTERM, then SIGKILL after 10 s) when the test ends.
-func start(t *testing.T, dir, name, bin string, args ...string) {
+func start(t *testing.T, dir, name, bin string, args ...string) *os.Process {
 	t.Helper()
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	must(t, err)
@@ -300,6 +315,7 @@ func start(t *testing.T, dir, name, bin string, args ...string) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT) // a Stall ended with the test
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -314,6 +330,7 @@ func start(t *testing.T, dir, name, bin string, args ...string) {
 			}
 		}
 	})
+	return cmd.Process
 }
 
 // freePort returns a loopback port that was free a moment ago.

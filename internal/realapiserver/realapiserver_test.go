@@ -272,6 +272,45 @@ func TestRealAPIServer(t *testing.T) {
 		assert.Contains(t, logs.String(), "a second deletion shortened the pod's grace")
 	})
 
+	// docs/faults.md row 2741: RequireTerminating reads the pod before the
+	// hook sees the kubelet's call, and the preStop handler took T0 when the
+	// guard let the call through: an API server that does not answer held
+	// it for the read's timeout, and T0, so SIGKILL, was planned that much
+	// after the kubelet's, whose grace runs from its call.
+	//
+	//	delete 30 s ── the API server stalls
+	//	the kubelet calls the hook: the guard's read waits 2 s, lets it through
+	//	T0 = the call, not the read's end
+	t.Run("AGuardsReadOfAStalledAPIServerDoesNotMoveT0", func(t *testing.T) {
+		createPod(t, c, "stalled-0")
+		pod, err := kube.New("stalled-0", podConfig(t, c, realapiserver.PodToken))
+		require.NoError(t, err)
+		deletePod(t, c, "stalled-0", 30)
+		b, err := deadline.New(3600*time.Second, deadline.Config{Margin: time.Second})
+		require.NoError(t, err)
+		d, err := drain.New(drain.Config{Budget: b, Sandboxes: draintest.NewNode(), Pod: pod})
+		require.NoError(t, err)
+		requireTerminating := drain.RequireTerminating(pod, 2*time.Second)
+		var checked time.Time
+		guard := drain.HookGuard{Check: func(r *http.Request) error {
+			checked = time.Now()
+			return requireTerminating(r)
+		}}
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/drain?wait=0s", nil)
+		r.RemoteAddr = "127.0.0.1:5"
+
+		resume := c.Stall(t)
+		called := time.Now()
+		guard.Wrap(d.PreStop()).ServeHTTP(httptest.NewRecorder(), r)
+		held := time.Since(called)
+		resume()
+		t.Logf("the call held %v by the guard's read; T0 at the call + %v", held.Round(time.Millisecond), b.Start().Sub(called).Round(time.Millisecond))
+		assert.GreaterOrEqual(t, held, 2*time.Second, "the guard's read waited out its timeout")
+		assert.False(t, b.Start().After(checked), "T0 %v is the call's arrival, before the guard's read %v began", b.Start(), checked)
+		rep := d.Shutdown(t.Context())
+		require.NoError(t, rep.Err())
+	})
+
 	// docs/faults.md row 1030: in a pod, reads are made with the pod's own
 	// token, bound to it, which the API server takes only while the pod is
 	// there with its UID: after a force deletion (kubectl delete --force
