@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -919,7 +920,8 @@ const maxAttempts = 4
 // server shutting down answer under load, with Retry-After) is retried
 // after that wait, when the wait ends before ctx's deadline and fewer than
 // maxAttempts were sent; otherwise its *APIError is returned at once,
-// without waiting for a retry that could not be made.
+// without waiting for a retry that could not be made. So is a GET whose
+// connection was cut (cutAnswer), at once.
 func (p *Pod) do(ctx context.Context, method, u string, body []byte, want int, need string) ([]byte, time.Duration, error) {
 	for attempt := 1; ; attempt++ {
 		got, offset, wait, err := p.doOnce(ctx, method, u, body, want, need)
@@ -972,7 +974,7 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 	sent := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, 0, cutAnswer(ctx, method, err), err
 	}
 	answered := time.Now()
 	offset := clockOffset(resp.Header.Get("Date"), sent, answered)
@@ -981,6 +983,7 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 	var wait time.Duration
 	switch {
 	case err != nil:
+		wait = cutAnswer(ctx, method, err)
 	case resp.StatusCode == want: // a success (want is a 2xx)
 		p.accepted(token)
 	default:
@@ -1001,6 +1004,25 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 		return nil, 0, 0, fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
 	return got, offset, wait, err
+}
+
+// cutAnswer is how long to wait before a request whose connection failed
+// with err is sent again: at once (a millisecond) for a GET whose
+// connection was reset or closed before or while its answer came (an API
+// server instance going away behind the Service, a load balancer's
+// reset), zero for anything else. A GET changes nothing, and each request
+// has a connection of its own (or Config.Client's next one), so the cut
+// says nothing of the next; client-go retries these GETs too. Not a
+// refused connection (no API server there now), not a POST (an Event the
+// API server may have created), not ctx's end.
+func cutAnswer(ctx context.Context, method string, err error) time.Duration {
+	if method != http.MethodGet || ctx.Err() != nil {
+		return 0
+	}
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return time.Millisecond
+	}
+	return 0
 }
 
 // authenticated reports whether an answer of the API server with status

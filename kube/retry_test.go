@@ -2,6 +2,8 @@ package kube_test
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -207,4 +209,47 @@ func TestRetryAfterDateIsTheAPIServersClock(t *testing.T) {
 			})
 		})
 	}
+}
+
+// resetMidAnswer answers 200 with half a body and resets the connection,
+// as an API server instance going away behind the Service cuts one.
+func resetMidAnswer(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Length", "100")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(`{"kind":"Pod",`))
+	_ = http.NewResponseController(w).Flush()
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	if tcp, ok := conn.(*tls.Conn).NetConn().(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0)
+		_ = tcp.Close()
+	}
+}
+
+// Fault (docs/faults.md row 2742): a read whose connection was reset while
+// its answer came failed, and the drain read again a second later. A GET is
+// sent again at once; an Event's POST is not (the API server may have
+// created it).
+func TestReadCutMidAnswerIsSentAgainAtOnce(t *testing.T) {
+	o := &inOrder{}
+	_, cfg := newAPIServer(t, o.ServeHTTP)
+	o.handlers = []http.HandlerFunc{resetMidAnswer, podJSON(t, deleted(time.Now().Add(30*time.Second), 30))}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	d, err := newPod(t, cfg, testPod).Deletion(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, d.Grace)
+	assert.Equal(t, 2, o.count())
+
+	a, cfg := newAPIServer(t, podJSON(t, nil))
+	posts := &inOrder{handlers: []http.HandlerFunc{resetMidAnswer, a.storeEvent}}
+	a.postEvent = posts.ServeHTTP
+	cfg.UID = "8d3c2f1e-0000-4000-8000-000000000001"
+	p := newPod(t, cfg, testPod)
+	p.Record(kube.Event{Reason: "DrainStarted"})
+	stats := p.Flush(t.Context())
+	assert.Equal(t, 1, stats.Dropped, "the POST cut is not sent again")
+	assert.Equal(t, 1, posts.count())
 }

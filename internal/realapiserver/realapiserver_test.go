@@ -2,15 +2,20 @@ package realapiserver_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -309,6 +314,46 @@ func TestRealAPIServer(t *testing.T) {
 		assert.False(t, b.Start().After(checked), "T0 %v is the call's arrival, before the guard's read %v began", b.Start(), checked)
 		rep := d.Shutdown(t.Context())
 		require.NoError(t, rep.Err())
+	})
+
+	// docs/faults.md row 2742: a read whose connection was cut while its
+	// answer came (an API server's instance going away behind the Service,
+	// a load balancer's reset) failed, and the drain read again a second
+	// later (row 701): the deletion's shorter grace stayed out of the plan
+	// that long. A GET changes nothing, and each read has a connection of
+	// its own: it is sent again at once.
+	//
+	//	preStop ── read 1: 200, half the pod, reset ── read 2: the deletion
+	t.Run("ReadCutMidAnswerIsSentAgain", func(t *testing.T) {
+		created := createPod(t, c, "cut-0")
+		deletePod(t, c, "cut-0", 30)
+		front, sent := cutFirstAnswer(t, c)
+		cfg := podConfig(t, c, realapiserver.PodToken)
+		cfg.Host, cfg.UID = front, string(created.UID) // the Events read nothing
+		pod, err := kube.New("cut-0", cfg)
+		require.NoError(t, err)
+		b, err := deadline.New(3600*time.Second, deadline.Config{Margin: time.Second})
+		require.NoError(t, err)
+		var logs logbuf.Buffer
+		read := logbuf.NewSignal(`msg="drain: the pod's deletion read"`)
+		d, err := drain.New(drain.Config{Budget: b, Sandboxes: draintest.NewNode(), Pod: pod,
+			Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, read), nil))})
+		require.NoError(t, err)
+
+		called := time.Now()
+		d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/drain?wait=0s", nil))
+		select { // the read that answered, in the background
+		case <-read.Seen():
+		case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+			require.Fail(t, "no read of the pod answered", logs.String())
+		}
+		t.Logf("SIGKILL tightened to the deletion's %v after the preStop call, %d reads", time.Since(called).Round(time.Millisecond), sent.Load())
+		assert.Equal(t, int32(2), sent.Load(), "the cut read and the one sent again at once")
+		assert.Contains(t, logs.String(), `msg="drain: the pod's deletion read" at=preStop`, "the preStop call's read answered")
+		assert.NotContains(t, logs.String(), "could not be read")
+		rep := d.Shutdown(t.Context())
+		require.NoError(t, rep.Err())
+		assert.Less(t, rep.Budget.Kill.Sub(rep.Budget.Start), 31*time.Second, "the deletion's 30 s")
 	})
 
 	// docs/faults.md row 1030: in a pod, reads are made with the pod's own
@@ -622,4 +667,66 @@ func drainNode(t *testing.T, pod *kube.Pod, tightens bool, answered string, logs
 	assert.Equal(t, 2, rep.Preserve.Counts[pause.Preserved])
 	assert.False(t, errors.Is(rep.Err(), context.DeadlineExceeded))
 	return rep, took
+}
+
+// cutFirstAnswer serves the cluster's API server through a front of its
+// own on loopback, with the API server's certificate: each request is
+// sent on to the API server and its answer passed back, but the first
+// GET's answer only in part, its status and half its body, and then its
+// connection is reset, as an API server instance that goes away behind
+// the Service or a load balancer's reset cuts one. It returns the front's
+// URL and the count of GETs that reached it (the drain's Events, POSTs,
+// are passed on whole and not counted).
+func cutFirstAnswer(t *testing.T, c *realapiserver.Cluster) (string, *atomic.Int32) {
+	t.Helper()
+	var sent atomic.Int32
+	cert, err := tls.LoadX509KeyPair(filepath.Join(c.Dir, "apiserver.crt"), filepath.Join(c.Dir, "apiserver.key"))
+	require.NoError(t, err)
+	ca, err := os.ReadFile(c.CAFile)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(ca))
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	t.Cleanup(tr.CloseIdleConnections)
+	front := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first := r.Method == http.MethodGet && sent.Add(1) == 1
+		req, err := http.NewRequestWithContext(r.Context(), r.Method, c.URL+r.URL.RequestURI(), r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		req.Header = r.Header.Clone()
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, h := range []string{"Content-Type", "Date", "Retry-After"} {
+			if v := resp.Header.Get(h); v != "" {
+				w.Header().Set(h, v)
+			}
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(resp.StatusCode)
+		if !first {
+			_, _ = w.Write(body)
+			return
+		}
+		_, _ = w.Write(body[:len(body)/2])
+		_ = http.NewResponseController(w).Flush()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		if tcp, ok := conn.(*tls.Conn).NetConn().(*net.TCPConn); ok {
+			_ = tcp.SetLinger(0) // a reset, not an orderly close
+			_ = tcp.Close()
+		}
+	}))
+	front.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	front.StartTLS()
+	t.Cleanup(front.Close)
+	return front.URL, &sent
 }
