@@ -59,19 +59,27 @@ func TestPreserveCutByItsDeadlineIsNotPreservedOnABusyMachine(t *testing.T) {
 		cancel()
 	}
 
+	// The Run's deadline comes 19 ms after its listing returned, not after its call: on
+	// a busy machine the listing itself may take longer than 19 ms, and a listing cut by
+	// the deadline lists nothing to cut (ListErr, no entries: 3 of 400 runs at load 15).
 	node := draintest.NewNode()
 	node.AddN("sb", 10, 20*time.Millisecond)
-	p, err := pause.New(node, pause.Config{Limit: 10, CancelAtDeadline: true})
+	var p *pause.Preserver
+	listed := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+		sbs, err := node.List(ctx)
+		p.Tighten(time.Now().Add(19 * time.Millisecond)) // the phase deadline too
+		return sbs, err
+	})
+	p, err := pause.New(listed, pause.Config{Limit: 10, CancelAtDeadline: true})
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), 19*time.Millisecond)
-	defer cancel()
-	rep := p.Run(ctx, time.Time{})
+	rep := p.Run(t.Context(), time.Now().Add(time.Hour))
+	require.Len(t, rep.Entries, 10, "listed before the deadline: %s", rep.ListErr)
 	assert.Zero(t, rep.Counts[pause.Preserved], "%v", rep.Counts)
 	assert.Equal(t, 10, rep.Lost(), "%v", rep.Counts) // timed out, or failed with ctx's error
 	assert.Error(t, rep.Err())
 
 	// Work that ends by its deadline is done, loaded or not.
-	ctx, cancel = context.WithTimeout(t.Context(), time.Hour)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
 	defer cancel()
 	assert.NoError(t, (&draintest.Sandbox{Name: "sb", Latency: 3 * time.Millisecond}).Preserve(ctx))
 }
