@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -262,36 +263,39 @@ func killServer(t *testing.T, sup *supProc) {
 // wait's end. A sandbox a listing lists paused is paused whatever its
 // later pages answer: it is now preserved, finished late, at the first
 // such listing; only the end of the wait for one no longer shown paused
-// needs a complete listing. On loopback: page 1 lists sb-late paused,
+// needs a complete listing. In virtual time: page 1 lists sb-late paused,
 // every page after it answers 503.
 func TestSweepWaitCreditsAPauseItsPartialListingShowsFinished(t *testing.T) {
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Has("nextToken") {
-			http.Error(w, `{"message":"page store unavailable"}`, http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("x-next-token", "page-2")
-		_, _ = io.WriteString(w, `[{"sandboxID":"sb-late","state":"paused","memoryMB":1024}]`)
-	}))
-	defer ts.Close()
-	var logs bytes.Buffer
-	sup := &supervisor{log: slog.New(slog.NewTextHandler(&logs, nil))}
-	src, err := httpsource.New(ts.URL, httpsource.AgentENV())
-	require.NoError(t, err)
-	np, err := newNotPaused(src, ts.URL, httpsource.AgentENV())
-	require.NoError(t, err)
-	sup.sweepList = np
-	rep := &pause.Report{Entries: []pause.Entry{{ID: "sb-late", Outcome: pause.TimedOut, Error: "context deadline exceeded"}},
-		Counts: map[pause.Outcome]int{pause.TimedOut: 1}}
+	synctest.Test(t, func(t *testing.T) {
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Has("nextToken") {
+				http.Error(w, `{"message":"page store unavailable"}`, http.StatusServiceUnavailable)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("x-next-token", "page-2")
+			_, _ = io.WriteString(w, `[{"sandboxID":"sb-late","state":"paused","memoryMB":1024}]`)
+		})
+		var logs bytes.Buffer
+		sup := &supervisor{log: slog.New(slog.NewTextHandler(&logs, nil))}
+		cfg := httpsource.AgentENV()
+		cfg.Client = &http.Client{Transport: handlerTransport{h}}
+		src, err := httpsource.New("http://agentenv.test", cfg)
+		require.NoError(t, err)
+		np, err := newNotPaused(src, "http://agentenv.test", cfg)
+		require.NoError(t, err)
+		sup.sweepList = np
+		rep := &pause.Report{Entries: []pause.Entry{{ID: "sb-late", Outcome: pause.TimedOut, Error: "context deadline exceeded"}},
+			Counts: map[pause.Outcome]int{pause.TimedOut: 1}}
 
-	start := time.Now()
-	sup.finishedLate(t.Context(), rep, start.Add(3*time.Second))
-	e := rep.Entries[0]
-	assert.Equal(t, pause.Preserved, e.Outcome, "listed paused on page 1: %s", e.Error)
-	assert.Contains(t, e.Error, "finished late")
-	assert.Equal(t, 1, rep.Counts[pause.Preserved])
-	assert.Less(t, time.Since(start), 2*time.Second, "at the first listing, not the wait's end")
+		start := time.Now()
+		sup.finishedLate(t.Context(), rep, start.Add(3*time.Second))
+		e := rep.Entries[0]
+		assert.Equal(t, pause.Preserved, e.Outcome, "listed paused on page 1: %s", e.Error)
+		assert.Contains(t, e.Error, "finished late")
+		assert.Equal(t, 1, rep.Counts[pause.Preserved])
+		assert.Zero(t, time.Since(start), "at the first listing, not the wait's end")
+	})
 }
 
 // Fault: a final sweep whose listing failed after its first page
