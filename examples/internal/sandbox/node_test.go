@@ -172,6 +172,25 @@ func TestRunningSandboxEndsAtItsTimeout(t *testing.T) {
 	})
 }
 
+// A sandbox of the largest timeout allowed runs until that timeout, ten years on, and
+// ends then: its timer never overflows time.Duration into one that fires at once.
+func TestSandboxOfTheLargestTimeoutRunsUntilIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, _ := newFakeNode(t, t.TempDir(), time.Second)
+		_, err := n.Create(t.Context(), MaxTimeoutS)
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.Equal(t, 1, n.Count(Running), "running once created")
+		time.Sleep(MaxTimeoutS*time.Second - time.Second)
+		synctest.Wait()
+		assert.Equal(t, 1, n.Count(Running), "running a second before its timeout")
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		assert.Empty(t, n.List(), "ended at its timeout")
+		n.Close()
+	})
+}
+
 func TestPreserverPausesRunningSandboxesInParallel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n, _ := newFakeNode(t, t.TempDir(), time.Second)
