@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,21 +53,32 @@ func init() {
 // saw, and it saw it only for a ublk.DaemonFuncs (the supervisor's, row 1120). sandboxd's
 // *ublk.Socket, which ublk reads the process of by its type, was told the move at once:
 // 30 s of stages laid out in 27 s. Real processes: sandboxd, its fake device daemon, and
-// a TLS API server that answers the pod's reads in 300 ms; kernel not known fixed;
-// ublkb0 held by dm-0 (a stacked device: no kill releases it):
+// a TLS API server that answers the pod's reads only once the step waits (an API server
+// under load); kernel not known fixed; ublkb0 held by dm-0 (a stacked device: no kill
+// releases it):
 //
 //	0 s      SIGTERM, the pod deleted with 30 s; no sandbox: the ublk step starts, its
 //	         stages laid out from 30 s, and waits for dm-0
-//	0.3 s    the deletion read: the deadline about 27 s, the reserve in use 1.5 s
+//	then     the deletion read: the deadline about 27 s, the reserve in use 1.5 s
 //	before:  the last resort at once, dm-0 spared, the daemon never asked to stop
 //	         (*HeldError): its device live for the pod's SIGKILL
-//	1 s      dm-0 lets go: the daemon is asked to stop, and exits with no device live
+//	then     dm-0 lets go once the step took the move: the daemon is asked to stop, and
+//	         exits with no device live
+//
+// The read was answered 300 ms late and dm-0 let go at 1 s, in real time: an order a
+// loaded machine need not keep (the step begins 4-17 ms after SIGTERM here).
 func TestSandboxdTeardownTakesTheReserveOfADeletionReadAfterItBegan(t *testing.T) {
 	served := fakeapiserver.NewServed(&fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "sandboxes", UID: "uid-0"})
+	stepWaits := logbuf.NewSignal(`msg="ublk: waiting for the devices' holders to close"`)
+	moveTaken := logbuf.NewSignal(`msg="ublk: the step's deadline moves earlier, with a reserve in use shorter`)
 	var slow atomic.Bool
 	_, kcfg := fakeapiserver.Start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if slow.Load() && r.Method == http.MethodGet {
-			time.Sleep(300 * time.Millisecond) // an API server under load: the read lands after the step began
+			select { // the read lands after the step began
+			case <-stepWaits.Seen():
+			case <-r.Context().Done():
+			case <-time.After(20 * time.Second): // a hang guard: the assertions below say what went wrong
+			}
 		}
 		served.ServeHTTP(w, r)
 	}), "sandboxes", "token-1")
@@ -78,7 +90,7 @@ func TestSandboxdTeardownTakesTheReserveOfADeletionReadAfterItBegan(t *testing.T
 		"-pause-latency", "50ms", "-devices", "1", "-pod", "sandboxd-0", "-pod-uid", "uid-0")
 	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0", kernelEnv+"=6.8.0-45-generic", apiEnv+"="+string(api))
 	var stderr logbuf.Buffer
-	cmd.Stderr = &stderr
+	cmd.Stderr = io.MultiWriter(&stderr, stepWaits, moveTaken)
 	p := pid1test.Start(t, cmd)
 	waitStarted(t, "http://"+addr, &stderr)
 	dm0 := filepath.Join(sysRoot(dir), "block", "ublkb0", "holders", "dm-0")
@@ -90,8 +102,17 @@ func TestSandboxdTeardownTakesTheReserveOfADeletionReadAfterItBegan(t *testing.T
 	served.Pod().Delete(sigterm, 30*time.Second) // kubectl delete --grace-period=30
 	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM), "the kubelet's SIGTERM")
 	letGo := make(chan time.Time, 1)
-	let := time.AfterFunc(time.Second, func() { letGo <- time.Now(); _ = os.Remove(dm0) })
-	defer let.Stop()
+	ended := t.Context().Done()
+	go func() {
+		select {
+		case <-moveTaken.Seen():
+		case <-ended: // the test failed before it
+			return
+		case <-time.After(20 * time.Second): // a hang guard, as the read's
+		}
+		letGo <- time.Now()
+		_ = os.Remove(dm0)
+	}()
 
 	report := filepath.Join(dir, ReportFile)
 	require.Eventually(t, func() bool { return lastreporttest.Finished(report) }, 20*time.Second, 10*time.Millisecond,
