@@ -283,19 +283,29 @@ func (r *run) worker(ps *pass) {
 }
 
 // await waits until the queue is closed and every started preserve of the
-// pass is settled, or until returnSlack after the hard deadline: a Preserve
-// that returns as soon as its context ends (at the hard deadline) is
-// settled with its own error, not abandoned. The hard deadline is read
-// again when Tighten moves it, so that a Preserve ignoring its context
-// holds the Run no longer than the deadline it was tightened to. One
-// tightened to a time already past ended the contexts when it was read
-// (Tighten's cut fires at once): the slack runs from then, not from a
-// deadline whose slack was over before the contexts ended. A wake that
-// moved neither (see run.wake) leaves the timer as it is.
+// pass is settled, or until returnSlack after the preserves' contexts
+// ended at the hard deadline: a Preserve that returns as soon as its
+// context ends is settled with its own error, not abandoned. The slack
+// runs from when this goroutine, awake past the hard deadline, has seen
+// the contexts end, not from the deadline: a process frozen across it (a
+// container at its CPU quota, a loaded node's scheduler) runs again with
+// the contexts' end and this wait's both due, the context package's
+// timer (a goroutine of its own) not run yet, nor the goroutines it
+// wakes, and a wait that gave up then named Preserves that return as
+// their context ends as ones that ignored it (docs/faults.md row 2680).
+// Blocked for the slack, this goroutine's thread runs the goroutines
+// that were woken. The hard deadline is read again when Tighten moves it,
+// so that a Preserve ignoring its context holds the Run no longer than
+// the deadline it was tightened to. One tightened to a time already past
+// ended the contexts when it was read (Tighten's cut fires at once): the
+// slack runs from then. A wake that moved neither (see run.wake) leaves
+// the timer as it is.
 func (r *run) await(ps *pass) {
 	var timer *time.Timer
 	var timerC <-chan time.Time
-	var armed time.Time // the hard deadline timer is armed for
+	var ended <-chan struct{} // the contexts' end, once the hard deadline passed
+	var armed time.Time       // the hard deadline timer is armed for
+	slack := false            // the timer runs the slack: the contexts ended
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -306,13 +316,19 @@ func (r *run) await(ps *pass) {
 			if timer != nil {
 				timer.Stop()
 			}
-			timer = time.NewTimer(max(time.Until(until), 0) + returnSlack)
-			timerC, armed = timer.C, until
+			timer = time.NewTimer(max(time.Until(until), 0))
+			timerC, armed, ended, slack = timer.C, until, nil, false
 		}
 		select {
 		case <-r.wake:
+		case <-ended:
+			timer.Reset(returnSlack) // fired, and read: no stale tick
+			timerC, ended, slack = timer.C, nil, true
 		case <-timerC:
-			return
+			if slack {
+				return
+			}
+			timerC, ended = nil, r.work.Done()
 		}
 	}
 }

@@ -29,7 +29,10 @@ import (
 // context ended at it, so that one that returns at once is reported with
 // its own error (TimedOut), and only one that outlives its context by more
 // is abandoned; that is well under the time drain gives a Preserver to
-// return after its hard deadline. An abandoned Preserve that returns
+// return after its hard deadline. The 20 ms run from when Run, running
+// past the hard deadline, has seen the contexts end: a process frozen
+// across it (a container at its CPU quota, a loaded node's scheduler)
+// gives the Preserves those 20 ms once it runs again. An abandoned Preserve that returns
 // before Run makes its Report (a worker held up past the slack on a loaded
 // node, while Run writes its last lines) is reported as it returned, not
 // abandoned: a sandbox it preserved is counted preserved.

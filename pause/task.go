@@ -49,8 +49,9 @@ const abandonAfter = time.Second
 // returnSlack is how long after the hard deadline Run still waits for
 // preserves whose context ended at it: a Preserve that returns at once
 // is reported with its own error (TimedOut), and only one that outlives
-// its context by more is abandoned. It is well under the time drain
-// gives a Preserver to return after its hard deadline.
+// its context by more is abandoned. It runs from when the Run has seen
+// the contexts end (await), not from the deadline. It is well under the
+// time drain gives a Preserver to return after its hard deadline.
 const returnSlack = 20 * time.Millisecond
 
 // errAbandoned is the error of a sandbox whose Preserve ignored its
