@@ -995,3 +995,35 @@ func TestTaskTakenAndNotStartedIsNotMeasuredInFlight(t *testing.T) {
 		assert.Equal(t, 16, rep.Limit)
 	})
 }
+
+// Fault: a Preserve abandoned at the hard deadline that returned nil once
+// Run had made its Report, a Report returned once that says timed_out,
+// was dropped without a word: the sandbox was preserved, and nothing
+// told a user of pause so. A Warn line now says how it ended, and what
+// the Report says; the Report is as Run made it.
+//
+//	0 s   "late" starts, ignoring its context; phase deadline 10 s, hard 30 s
+//	30 s + ReturnSlack: Run abandons it and returns its Report: timed_out
+//	31 s  "late" returns nil: the line
+func TestPreserveReturningAfterTheReportIsLoggedAsItEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		hard := time.Now().Add(30 * time.Second)
+		sbs := []pause.Sandbox{late{"late", hard.Add(time.Second)}}
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }),
+			pause.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		rep := p.Run(ctx, hard)
+		e := entry(t, rep, "late")
+		require.True(t, e.Abandoned(), "still running at the Report: %s", e.Error)
+		assert.NotContains(t, logs.String(), "after the Report")
+
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Regexp(t, `level=WARN msg="pause: sandbox abandoned returned after the Report: preserved \(the Report says timed_out\)" `+
+			`sandbox=late outcome=preserved report_says=timed_out\n`, logs.String(), "before: no line")
+		assert.True(t, entry(t, rep, "late").Abandoned(), "the Report, returned once, is as Run made it")
+	})
+}

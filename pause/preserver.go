@@ -32,10 +32,13 @@ import (
 // return after its hard deadline. The 20 ms run from when Run, running
 // past the hard deadline, has seen the contexts end: a process frozen
 // across it (a container at its CPU quota, a loaded node's scheduler)
-// gives the Preserves those 20 ms once it runs again. An abandoned Preserve that returns
-// before Run makes its Report (a worker held up past the slack on a loaded
-// node, while Run writes its last lines) is reported as it returned, not
-// abandoned: a sandbox it preserved is counted preserved.
+// gives the Preserves those 20 ms once it runs again. An abandoned
+// Preserve that returns before Run makes its Report (a worker held up past
+// the slack on a loaded node, while Run writes its last lines) is reported
+// as it returned, not abandoned: a sandbox it preserved is counted
+// preserved. One that returns after is said in a line at Warn, "pause:
+// sandbox abandoned returned after the Report: preserved (the Report says
+// timed_out)": the Report, returned once, is as Run made it.
 //
 // A Preserver not made by New (the zero value, or a nil *Preserver)
 // preserves nothing and says so: Run lists nothing and returns at once a

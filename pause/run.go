@@ -934,17 +934,38 @@ type lateReturn struct {
 // of its pass, or past its SandboxTimeout), and then returned. A Preserve
 // that returned before Run did is not one Run left running: what the
 // Report says of its sandbox is what it returned (a sandbox preserved, not
-// lost). Only the Report waits for it; Run does not.
-func (r *run) keepLate(t *task, res *result) {
+// lost). Only the Report waits for it; Run does not. It reports false when
+// the Report was made already.
+func (r *run) keepLate(t *task, res *result) bool {
 	r.hardMu.Lock()
 	defer r.hardMu.Unlock()
 	if r.reported {
-		return
+		return false
 	}
 	if r.late == nil {
 		r.late = new(abandonments)
 	}
 	r.late.returns = append(r.late.returns, lateReturn{t.ei, *res})
+	return true
+}
+
+// afterReport logs at Warn how the Preserve of sb, abandoned while it
+// ran, ended after Run made its Report, which is returned once and says
+// timed_out: without the line, nothing told a user that the sandbox was
+// preserved after all (docs/faults.md row 2681). The ID is the sandbox's
+// own: the Report's entry is its caller's now.
+func (r *run) afterReport(sb Sandbox, res *result) {
+	id, flaw, _ := ident(sb) // user code, called again: a panic is recovered
+	if flaw != "" {
+		id = "(ID " + flaw + ")"
+	}
+	attrs := []slog.Attr{slog.String("sandbox", id), slog.String("outcome", string(res.outcome)),
+		slog.String("report_says", string(TimedOut))}
+	if res.err != nil {
+		attrs = append(attrs, slog.String("error", res.err.Error()))
+	}
+	r.cfg.log.LogAttrs(r.ctx, slog.LevelWarn, "pause: sandbox abandoned returned after the Report: "+string(res.outcome)+
+		" (the Report says timed_out)", attrs...)
 }
 
 // settleLate writes the returns of preserves abandoned that came before

@@ -210,9 +210,20 @@ func (t *task) run(ps *pass, now time.Time, area0 float64) (time.Time, *task, fl
 	}
 	ok, next, area0 := t.settle(ps, &res, true, area0)
 	if !ok { // abandoned while it ran: its account may still be the Report's
-		ps.r.keepLate(t, &res)
+		t.returnedLate(ps, &res)
 	}
 	return res.end, next, area0, ok
+}
+
+// returnedLate gives res, how the Preserve of t, a task of ps abandoned
+// while it ran, ended, to the Report if Run has not made it yet, and says
+// so in a line if it has. Apart from run: the worker's frames stay small.
+//
+//go:noinline
+func (t *task) returnedLate(ps *pass, res *result) {
+	if !ps.r.keepLate(t, res) {
+		ps.r.afterReport(ps.tasks.sandbox(t), res)
+	}
 }
 
 // abandon settles a task of ps whose Preserve overran its bound by
