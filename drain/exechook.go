@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -62,7 +63,10 @@ type ExecHook struct {
 	Secret string
 	// Client makes the requests; nil means a new http.Client that never
 	// uses a proxy: the hook speaks to its own pod, as the kubelet's
-	// httpGet hook does, whatever HTTP_PROXY the container has.
+	// httpGet hook does, whatever HTTP_PROXY the container has. Its
+	// transport is a copy of http.DefaultTransport, or, when a program put
+	// another RoundTripper there, one with net/http's default settings,
+	// which the hook's calls then do not go through.
 	Client *http.Client
 	// Logger receives one line per failure and one at the end; nil discards.
 	Logger *slog.Logger
@@ -149,9 +153,29 @@ func deadlinePassed(dl time.Time) error {
 // http.DefaultTransport but no proxy: Go's default transport sends every
 // request to an address other than loopback through the container's
 // HTTP_PROXY, which the kubelet's own hooks never use; a proxy's 403 then
-// ended the hook as a refusal, and the secret went to the proxy.
+// ended the hook as a refusal, and the secret went to the proxy. When a
+// program put another RoundTripper in http.DefaultTransport (a wrapper
+// such as otelhttp's, a recorder), the settings are the ones net/http
+// gives it: a wrapper, which may send the call anywhere, is no transport
+// to clone, and asserted unchecked it panicked Run (docs/faults.md row
+// 2800). A program whose calls must go through it sets ExecHook.Client.
 func noProxy() *http.Transport {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr, ok := http.DefaultTransport.(*http.Transport)
+	if ok {
+		tr = tr.Clone()
+	} else {
+		tr = &http.Transport{ // as net/http makes http.DefaultTransport
+			DialContext: (&net.Dialer{
+				Timeout:   30 * time.Second,
+				KeepAlive: 30 * time.Second,
+			}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          100,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: 1 * time.Second,
+		}
+	}
 	tr.Proxy = nil
 	return tr
 }
