@@ -24,6 +24,7 @@ import (
 	"github.com/drainkit/drainkit/internal/durflag"
 	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/internal/nodeend"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
 )
@@ -679,6 +680,7 @@ type nodePlan struct {
 	windows   []deadline.Window
 	shortfall time.Duration
 	fits      bool
+	minGrace  time.Duration // the smallest kubelet grace that holds the work; 0: none up to maxGrace
 }
 
 // maxCount bounds -count: far more sandboxes than one node runs.
@@ -914,7 +916,7 @@ func (in *planInput) plan() (*planResult, error) {
 	res.windows, res.shortfall = atSIGTERM(b, phases)
 	res.fits = res.shortfall == 0
 	res.spare = res.windows[0].Deadline.Sub(res.windows[0].Start) // the drain window: what is not reserved
-	res.minGrace = in.smallestGrace(phases)
+	res.minGrace = smallestGrace(func(grace time.Duration) bool { return in.fitsIn(grace, phases) })
 	if in.kubeletGrace > 0 && in.kubeletGrace < in.grace {
 		if res.node, err = in.planNode(phases); err != nil {
 			return nil, err
@@ -924,19 +926,43 @@ func (in *planInput) plan() (*planResult, error) {
 }
 
 // planNode lays out phases as the server's drain does when the kubelet
-// terminates the pod on its own: SIGKILL moved to T0 + the kubelet's
-// grace (drain.Config.KubeletGrace; deadline.Budget.Tighten), the margin
-// following the grace in use.
+// terminates the pod on its own (nodeBudget), and finds the smallest
+// kubelet grace that holds them by the same arithmetic.
 func (in *planInput) planNode(phases []deadline.Phase) (*nodePlan, error) {
+	b, err := in.nodeBudget(in.kubeletGrace)
+	if err != nil {
+		return nil, err
+	}
+	node := &nodePlan{}
+	node.windows, node.shortfall = atSIGTERM(b, phases)
+	node.fits = node.shortfall == 0 && in.kubeletWrong == ""
+	node.minGrace = smallestGrace(func(kubelet time.Duration) bool {
+		b, err := in.nodeBudget(kubelet)
+		if err != nil {
+			return false
+		}
+		_, short := atSIGTERM(b, phases)
+		return short == 0
+	})
+	return node, nil
+}
+
+// nodeBudget is the budget of the server's drain when the kubelet
+// terminates the pod on its own with the grace kubelet (drain.Config.KubeletGrace,
+// the Drainer's tightenOwn): SIGKILL moved to T0 + kubelet (Tighten), and
+// the node's end there (internal/nodeend), before which the budget's
+// deadline keeps its margin, at most half the time to it, however SIGTERM's
+// 2 s floor holds SIGKILL. Without the end, a grace under 2 s was laid
+// out to SIGTERM + 2 s less the margin, past the node's end (row 2801).
+func (in *planInput) nodeBudget(kubelet time.Duration) (*deadline.Budget, error) {
 	b, err := in.budget(in.grace)
 	if err != nil {
 		return nil, err
 	}
-	b.Tighten(b.Start().Add(in.kubeletGrace)) // T0 is SIGTERM less the sleep, as the plan's own
-	node := &nodePlan{}
-	node.windows, node.shortfall = atSIGTERM(b, phases)
-	node.fits = node.shortfall == 0 && in.kubeletWrong == ""
-	return node, nil
+	end := b.Start().Add(kubelet) // T0 is SIGTERM less the sleep, as the plan's own
+	b.Tighten(end)
+	nodeend.Set(b, end)
+	return b, nil
 }
 
 // fitsIn reports whether phases, checked by plan's NewPlan, fit in a
@@ -968,14 +994,14 @@ func atSIGTERM(b *deadline.Budget, phases []deadline.Phase) ([]deadline.Window, 
 
 // smallestGrace is the smallest whole number of seconds that fits, by
 // bisection (a longer grace never fits less), or 0 if none up to maxGrace.
-func (in *planInput) smallestGrace(phases []deadline.Phase) time.Duration {
+func smallestGrace(fits func(grace time.Duration) bool) time.Duration {
 	lo, hi := int64(0), int64(maxGrace/time.Second)
-	if !in.fitsIn(time.Duration(hi)*time.Second, phases) {
+	if !fits(time.Duration(hi) * time.Second) {
 		return 0
 	}
 	for hi-lo > 1 { // lo does not fit, hi does
 		mid := (lo + hi) / 2
-		if in.fitsIn(time.Duration(mid)*time.Second, phases) {
+		if fits(time.Duration(mid) * time.Second) {
 			hi = mid
 		} else {
 			lo = mid
@@ -1143,16 +1169,16 @@ func (res *planResult) printNode(tw io.Writer, in *planInput) {
 		fmt.Fprintf(tw, "  node shutdown\tas above\t%s is not shorter than the pod's\n", grace)
 	case in.kubeletWrong != "":
 		short := ""
-		if node.shortfall > 0 && res.minGrace > 0 {
-			short = fmt.Sprintf(", and the work needs %ds", int64(res.minGrace/time.Second))
+		if node.shortfall > 0 && node.minGrace > 0 {
+			short = fmt.Sprintf(", and the work needs %ds", int64(node.minGrace/time.Second))
 		}
 		fmt.Fprintf(tw, "  node shutdown\tDOES NOT FIT\tin %s, %s; set the server's -kubelet-grace (DRAINKIT_KUBELET_GRACE) to %s%s\n",
 			grace, in.kubeletWrong, in.kubeletGrace, short)
 	case node.fits:
 		fmt.Fprintf(tw, "  node shutdown\tFITS\tin %s: every sandbox would be preserved\n", grace)
-	case res.minGrace > 0:
+	case node.minGrace > 0:
 		fmt.Fprintf(tw, "  node shutdown\tDOES NOT FIT\tin %s: %s; it needs %ds (%s)\n",
-			grace, in.lost(res, node.windows), int64(res.minGrace/time.Second), slice)
+			grace, in.lost(res, node.windows), int64(node.minGrace/time.Second), slice)
 	default:
 		fmt.Fprintf(tw, "  node shutdown\tDOES NOT FIT\tin %s: %s\n", grace, in.lost(res, node.windows))
 	}
