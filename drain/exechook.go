@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/httpdefault"
 )
 
 // The defaults of the zero ExecHook fields.
@@ -160,22 +161,7 @@ func deadlinePassed(dl time.Time) error {
 // to clone, and asserted unchecked it panicked Run (docs/faults.md row
 // 2800). A program whose calls must go through it sets ExecHook.Client.
 func noProxy() *http.Transport {
-	tr, ok := http.DefaultTransport.(*http.Transport)
-	if ok {
-		tr = tr.Clone()
-	} else {
-		tr = &http.Transport{ // as net/http makes http.DefaultTransport
-			DialContext: (&net.Dialer{
-				Timeout:   30 * time.Second,
-				KeepAlive: 30 * time.Second,
-			}).DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          100,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   10 * time.Second,
-			ExpectContinueTimeout: 1 * time.Second,
-		}
-	}
+	tr := httpdefault.Transport()
 	tr.Proxy = nil
 	return tr
 }

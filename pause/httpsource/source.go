@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"maps"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -32,6 +31,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/drainkit/drainkit/internal/httpdefault"
 	"github.com/drainkit/drainkit/internal/logonce"
 	otelx "github.com/drainkit/drainkit/internal/telemetry"
 	"github.com/drainkit/drainkit/pause"
@@ -1068,7 +1068,7 @@ func (s *Source) resolve(path string) string {
 // redirects sameRequest does. Both resume the TLS sessions either had
 // (resumeTLS).
 func ownClients() (lists, pauses *http.Client) {
-	kept, fresh := defaultTransport(), defaultTransport() // not kept.Clone(), which would set kept up for use now
+	kept, fresh := httpdefault.Transport(), httpdefault.Transport() // not kept.Clone(), which would set kept up for use now
 	sessions := tls.NewLRUClientSessionCache(0)
 	for _, tr := range []*http.Transport{kept, fresh} {
 		tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: h2PingAfter, PingTimeout: h2PingTimeout}
@@ -1098,33 +1098,6 @@ func resumeTLS(tr *http.Transport, sessions tls.ClientSessionCache) {
 	}
 	if tr.TLSClientConfig.ClientSessionCache == nil {
 		tr.TLSClientConfig.ClientSessionCache = sessions
-	}
-}
-
-// defaultTransport returns a copy of net/http's default transport, the
-// base of the Source's own client: http.DefaultTransport cloned, with the
-// settings a program gave it (a proxy, TLS roots), or, when a program put
-// another RoundTripper there (a wrapper such as otelhttp's, a recorder),
-// a transport with the settings net/http gives it: what the Source's own
-// client guarantees holds of net/http's transport alone, and a wrapper,
-// which may hold none, is no transport to clone. Asserted unchecked, the
-// wrapper panicked New (docs/faults.md row 2620). A program whose requests
-// must go through its wrapper sets Config.Client.
-func defaultTransport() *http.Transport {
-	if tr, ok := http.DefaultTransport.(*http.Transport); ok {
-		return tr.Clone()
-	}
-	return &http.Transport{ // as net/http makes http.DefaultTransport
-		Proxy: http.ProxyFromEnvironment,
-		DialContext: (&net.Dialer{
-			Timeout:   30 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          100,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: 1 * time.Second,
 	}
 }
 
