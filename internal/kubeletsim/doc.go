@@ -42,8 +42,10 @@
 // that moves itself out of the container's cgroup outlives the SIGKILL,
 // which a pod's PID namespace would take: runsc, given no cgroupsPath,
 // moves its sandbox and gofer into a cgroup named after the container at
-// the root of each hierarchy it uses, v1's on a host with v1's controllers
-// (there, with the container in cgroup v2, both die with it). An Exec hook
+// the root of each hierarchy it sees, v1's on a host with v1's controllers
+// (there, with the container in cgroup v2, both die with it); in a pod
+// under runc those roots are the container's own cgroup, so the pod's
+// cgroup holds them. An Exec hook
 // runs beside the container, not in it: its process group dies with the
 // container, a process that left the group does not.
 package kubeletsim
