@@ -83,8 +83,9 @@
 //     ends before the context's deadline (an event's, Config.EventTimeout);
 //     otherwise its *APIError is returned at once. A GET whose connection
 //     was reset or closed before or while its answer came (an API server
-//     instance going away behind the Service, a load balancer's reset) is
-//     sent again at once, within the same 4; an event's POST is not.
+//     instance going away behind the Service, a load balancer's reset; on
+//     HTTP/2, closed after a GOAWAY that named it taken) is sent again at
+//     once, within the same 4; an event's POST is not.
 //   - Record never blocks: events wait in a queue of Config.EventQueue and
 //     are posted one at a time by one goroutine that exists only while there
 //     is something to post, each POST bounded by Config.EventTimeout. An

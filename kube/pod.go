@@ -1012,17 +1012,31 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 // server instance going away behind the Service, a load balancer's
 // reset), zero for anything else. A GET changes nothing, and each request
 // has a connection of its own (or Config.Client's next one), so the cut
-// says nothing of the next; client-go retries these GETs too. Not a
-// refused connection (no API server there now), not a POST (an Event the
+// says nothing of the next; client-go retries these GETs too. On HTTP/2
+// (a Config.Client that speaks it) the same cut after the API server's
+// GOAWAY named the GET among the streams it took is goAwayLost's error. Not
+// a refused connection (no API server there now), not a POST (an Event the
 // API server may have created), not ctx's end.
 func cutAnswer(ctx context.Context, method string, err error) time.Duration {
 	if method != http.MethodGet || ctx.Err() != nil {
 		return 0
 	}
-	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || goAwayLost(err) {
 		return time.Millisecond
 	}
 	return 0
+}
+
+// goAwayLost reports whether err is HTTP/2's connection closed after a
+// GOAWAY whose last stream ID is the request's or later: the server took
+// the request, so Go's transport does not send it again itself (it does
+// for a stream past the last ID), and closed before answering it (an API
+// server instance shutting down past its in-flight requests, its process
+// ending). net/http's bundled HTTP/2 has the error as an unexported type
+// with no As method, golang.org/x/net/http2 as GoAwayError: both say it
+// in these words.
+func goAwayLost(err error) bool {
+	return strings.Contains(err.Error(), "http2: server sent GOAWAY and closed the connection")
 }
 
 // authenticated reports whether an answer of the API server with status

@@ -1,0 +1,103 @@
+package kube_test
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
+
+	"github.com/drainkit/drainkit/kube"
+)
+
+// goAwayFirst is a listener whose first connection is an HTTP/2 API
+// server instance going away: it reads the first request's HEADERS, sends
+// a GOAWAY whose last stream is that request's (it was taken, so Go's
+// transport may not send it again itself) and closes the connection
+// without answering, as an instance shutting down past its in-flight
+// requests, or one whose process ends, does. The connections after it are
+// served as usual.
+type goAwayFirst struct {
+	net.Listener
+	server *httptest.Server // its TLS config, set by StartTLS before the first Accept
+	first  atomic.Bool
+	gone   chan struct{}
+}
+
+func (l *goAwayFirst) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil || l.first.Swap(true) {
+		return c, err
+	}
+	go l.goAway(c)
+	return l.Listener.Accept()
+}
+
+func (l *goAwayFirst) goAway(c net.Conn) {
+	defer close(l.gone)
+	tc := tls.Server(c, l.server.TLS)
+	defer tc.Close()
+	if _, err := io.ReadFull(tc, make([]byte, len(http2.ClientPreface))); err != nil {
+		return
+	}
+	fr := http2.NewFramer(tc, tc)
+	if fr.WriteSettings() != nil {
+		return
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.HeadersFrame:
+			_ = fr.WriteGoAway(f.StreamID, http2.ErrCodeNo, nil)
+			return
+		}
+	}
+}
+
+// Fault (docs/faults.md row 2840): with a Config.Client speaking HTTP/2, a
+// read whose connection closed after the API server's GOAWAY named it
+// among the streams it took, unanswered, failed ("http2: server sent
+// GOAWAY and closed the connection"), where row 2742 sends a GET cut so on
+// HTTP/1 again at once. It is sent again at once too.
+func TestReadLostWithAGoAwayOnHTTP2IsSentAgainAtOnce(t *testing.T) {
+	var gets atomic.Int32
+	pod := podJSON(t, deleted(time.Now().Add(30*time.Second), 30))
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gets.Add(1)
+		assert.Equal(t, 2, r.ProtoMajor, "the read is sent on HTTP/2")
+		pod(w, r)
+	}))
+	l := &goAwayFirst{Listener: s.Listener, server: s, gone: make(chan struct{})}
+	s.Listener = l
+	s.EnableHTTP2 = true
+	s.StartTLS()
+	t.Cleanup(s.Close)
+
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte("token-1"), 0o600))
+	cfg := kube.Config{Host: s.URL, Namespace: testNamespace, TokenFile: token, Client: s.Client()}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	d, err := newPod(t, cfg, testPod).Deletion(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, d.Grace)
+	<-l.gone
+	assert.Equal(t, int32(1), gets.Load(), "the second connection answered the read sent again")
+}
