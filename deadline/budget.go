@@ -84,6 +84,8 @@ type Config struct {
 	// than terminationGracePeriodSeconds, so a longer one is not the pod's
 	// (the kubelet would wait for it only the grace period, send SIGTERM
 	// then and SIGKILL 2 s later, and T0 would not be SIGTERM - sleep).
+	// The sleep is the kubelet's time, not the server's: Plan.Shortfall
+	// counts the reserves from SIGTERM, what the sleep leaves.
 	PreStopSleep time.Duration
 
 	// Logger receives every change of the budget that takes effect (the
@@ -727,6 +729,7 @@ type State struct {
 	RestartGrace time.Duration `json:"restart_grace_ns,omitempty"` // the grace of that run
 	Margin       time.Duration `json:"margin_ns"`                  // Budget.Margin: Config.Margin or the default for the grace in use
 	end          time.Time     // when the node goes down (internal/nodeend); zero if not known
+	sleep        time.Duration // Config.PreStopSleep: the kubelet's sleep before SIGTERM
 }
 
 // State returns the budget's current view. Until the budget is anchored,
@@ -753,7 +756,7 @@ func (b *Budget) raw() State {
 // rawLocked is raw; the caller holds b.mu.
 func (b *Budget) rawLocked() State {
 	s := State{Anchor: b.anchor, Start: b.start, SIGTERM: b.sigterm, Kill: b.kill, Grace: b.grace, Margin: b.margin,
-		Restart: b.restart, RestartGrace: b.regrace, end: b.end}
+		Restart: b.restart, RestartGrace: b.regrace, end: b.end, sleep: b.sleep}
 	if s.Anchor == AnchorNone {
 		s.Start = time.Now()
 		s.Kill = s.Start.Add(b.grace)
@@ -795,6 +798,25 @@ func (b *Budget) endAt(end time.Time) bool {
 	}
 	b.notifyLocked()
 	return true
+}
+
+// slept returns the raw state s settled as the sleep hook of
+// Config.PreStopSleep leaves it at SIGTERM, where the server's work
+// starts, and whether such a hook runs: with no preStop call anchoring
+// the budget (OnSIGTERM's arithmetic: SIGTERM at T0 + sleep, SIGKILL
+// KubeletRemaining(grace, sleep) after it), or once SIGTERM anchored it.
+// The sleep is the kubelet's time, none of the server's.
+func (s State) slept() (State, bool) {
+	switch {
+	case s.sleep <= 0:
+		return s, false
+	case s.Anchor == AnchorNone:
+		s.Anchor, s.SIGTERM = AnchorSIGTERM, s.Start.Add(s.sleep)
+		s.Kill = s.SIGTERM.Add(KubeletRemaining(s.Grace, s.sleep))
+	case s.Anchor != AnchorSIGTERM:
+		return s, false
+	}
+	return s.settled(), true
 }
 
 // ifSIGTERM returns the raw state s, before SIGTERM (unanchored: as if

@@ -5,13 +5,16 @@ import (
 
 	"github.com/drainkit/drainkit/internal/nodeend"
 	"github.com/drainkit/drainkit/internal/planat"
+	"github.com/drainkit/drainkit/internal/prestopsleep"
 )
 
 // The drain tells a budget the node's end under the kubelet's own
 // termination through internal/nodeend, and drainkit sim lays a Plan out
-// at an instant of its virtual time through internal/planat: no exported
-// name here.
+// at an instant of its virtual time through internal/planat, and drain.New
+// names the preStop sleep through internal/prestopsleep: no exported name
+// here.
 func init() {
+	prestopsleep.Of = func(budget any) time.Duration { return budget.(*Budget).sleep }
 	nodeend.Set = func(budget any, end time.Time) bool { return budget.(*Budget).endAt(end) }
 	planat.Windows = func(plan any, now time.Time, from string) any {
 		p := plan.(*Plan)

@@ -306,13 +306,19 @@ func reserveOf(ph Phase) time.Duration {
 // together, as of now: sum of reserves - (Deadline - T0), or zero if they
 // fit, there or, before SIGTERM, with the first phase, the preStop wait,
 // run on to the budget's SIGKILL, where the kubelet gives up on the hook
-// and still leaves 2 s after SIGTERM (see Plan). It saturates at the
-// largest Duration.
+// and still leaves 2 s after SIGTERM (see Plan). With a preStop sleep
+// (Config.PreStopSleep) and no preStop call anchoring the budget, the
+// kubelet sleeps from T0 and the phases start at SIGTERM: then it is sum
+// of reserves - (Deadline - SIGTERM), the deadline as SIGTERM at T0 +
+// sleep sets it before it comes. It saturates at the largest Duration.
 func (p *Plan) Shortfall() time.Duration {
 	if p.budget == nil { // the zero Plan: no reserve to fall short of
 		return 0
 	}
 	raw := p.budget.raw()
+	if st, ok := raw.slept(); ok { // the sleep is the kubelet's, no phase's
+		return overrun(p.phases, st.SIGTERM, st.Deadline)
+	}
 	st := raw.settled()
 	if _, _, _, fits := p.preStopFits(st.Start, raw); fits {
 		return 0 // the preStop wait run on to SIGKILL holds them

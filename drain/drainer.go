@@ -19,6 +19,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/logonce"
+	"github.com/drainkit/drainkit/internal/prestopsleep"
 	"github.com/drainkit/drainkit/internal/telemetry"
 	"github.com/drainkit/drainkit/internal/usererr"
 	"github.com/drainkit/drainkit/kube"
@@ -290,9 +291,11 @@ type Drainer struct {
 // New validates cfg and returns a Drainer. Errors name the Config field.
 // It refuses a plan whose reserves do not fit in the grace period: one
 // round of preserves (the Estimator's estimate) and every step's reserve,
-// after the budget's margin. Its error names each reserve and the field
-// it comes from, so that a grace too short for the steps chosen fails at
-// start, not at SIGTERM with every sandbox lost.
+// after the budget's margin; with a preStop sleep hook
+// (deadline.Config.PreStopSleep), in what SIGTERM leaves of the grace once
+// the kubelet's sleep is over. Its error names each reserve and the field
+// it comes from, and the sleep, so that a grace too short for the steps
+// chosen fails at start, not at SIGTERM with every sandbox lost.
 func New(cfg Config) (*Drainer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -543,7 +546,13 @@ func (d *Drainer) shortfall(short time.Duration, ownPreserver bool) shortfallErr
 		}
 	}
 	e.left = max(sum-short, 0)
-	e.margin = max(e.grace-e.left, 0) // the margin in effect: at most half the grace
+	// The margin in effect: at most half of what SIGTERM leaves, which a
+	// sleep hook's SIGTERM is, the kubelet's arithmetic, after the sleep.
+	left := e.grace
+	if e.sleep = prestopsleep.Of(d.budget); e.sleep > 0 {
+		left = deadline.KubeletRemaining(e.grace, e.sleep)
+	}
+	e.margin = max(left-e.left, 0)
 	return e
 }
 
@@ -553,6 +562,7 @@ func (d *Drainer) shortfall(short time.Duration, ownPreserver bool) shortfallErr
 // words (detail).
 type shortfallError struct {
 	short, left, grace, margin time.Duration
+	sleep                      time.Duration // deadline.Config.PreStopSleep: the kubelet's, before SIGTERM
 	preserve, estimate         time.Duration // preserve = rounds x estimate
 	rounds                     int
 	estField                   string
@@ -573,8 +583,17 @@ func (e shortfallError) Error() string { return "drain: " + e.detail(true) }
 // change.
 func (e shortfallError) detail(fields bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "the reserves need %v more than the %v the grace period %v leaves after the margin %v: ",
-		e.short, e.left, e.grace, e.margin)
+	switch {
+	case e.sleep > 0 && fields:
+		fmt.Fprintf(&b, "the reserves need %v more than the %v that deadline.Config.PreStopSleep %v leaves of the grace period %v after the margin %v: ",
+			e.short, e.left, e.sleep, e.grace, e.margin)
+	case e.sleep > 0:
+		fmt.Fprintf(&b, "the reserves need %v more than the %v that the preStop sleep %v (%s, or the pod's spec) leaves of the grace period %v after the margin %v: ",
+			e.short, e.left, e.sleep, EnvPreStopSleep, e.grace, e.margin)
+	default:
+		fmt.Fprintf(&b, "the reserves need %v more than the %v the grace period %v leaves after the margin %v: ",
+			e.short, e.left, e.grace, e.margin)
+	}
 	if fields {
 		fmt.Fprintf(&b, "preserve %v (%s: %d round of %v)", e.preserve, e.estField, e.rounds, e.estimate)
 	} else {
