@@ -102,7 +102,9 @@ DRAINKIT_PRESTOP_SLEEP) is planned with -prestop-sleep SECONDS: the kubelet
 sleeps out of the grace before SIGTERM, which is when the drain's work
 starts, and SIGKILL comes max(grace - sleep, 2 s) after SIGTERM. The rates
 file does not record it: without the flag, the plan counts the sleep as
-time the drain has.
+time the drain has. The verdict and the smallest grace are drain.New's own
+check (deadline.Plan.Shortfall), the sleep counted alike: a plan that DOES
+NOT FIT is a server that New refuses to make.
 
 Exit status: 0 when every sandbox fits (in the node's shutdown too, when its
 grace is known), 1 when not (so it can gate a rollout in CI/CD), 2 for bad
@@ -914,9 +916,13 @@ func (in *planInput) plan() (*planResult, error) {
 	}
 	res.budget = b.State()
 	res.windows, res.shortfall = atSIGTERM(b, phases)
-	res.fits = res.shortfall == 0
+	refused := in.newShortfall(in.grace, phases)
+	res.fits = refused == 0
+	if !res.fits && res.shortfall == 0 { // New's count, where the layout from SIGTERM shares nothing short
+		res.shortfall = refused
+	}
 	res.spare = res.windows[0].Deadline.Sub(res.windows[0].Start) // the drain window: what is not reserved
-	res.minGrace = smallestGrace(func(grace time.Duration) bool { return in.fitsIn(grace, phases) })
+	res.minGrace = smallestGrace(func(grace time.Duration) bool { return in.newShortfall(grace, phases) == 0 })
 	if in.kubeletGrace > 0 && in.kubeletGrace < in.grace {
 		if res.node, err = in.planNode(phases); err != nil {
 			return nil, err
@@ -965,15 +971,22 @@ func (in *planInput) nodeBudget(kubelet time.Duration) (*deadline.Budget, error)
 	return b, nil
 }
 
-// fitsIn reports whether phases, checked by plan's NewPlan, fit in a
-// budget of grace: the plan's own Shortfall is zero.
-func (in *planInput) fitsIn(grace time.Duration, phases []deadline.Phase) bool {
-	b, err := in.budget(grace)
+// newShortfall is by how much phases, checked by plan's NewPlan, do not
+// fit in a budget of grace, as drain.New counts it to refuse a server:
+// deadline.Plan.Shortfall over the budget New is given, before any event
+// (a preStop sleep, then, leaves what SIGTERM does). The plan's verdict
+// and its smallest grace are New's answer, not a copy of its arithmetic.
+// A budget deadline.New refuses (a sleep longer than grace) holds nothing.
+func (in *planInput) newShortfall(grace time.Duration, phases []deadline.Phase) time.Duration {
+	b, err := deadline.New(grace, deadline.Config{Margin: in.margin, PreStopSleep: in.sleep})
 	if err != nil {
-		return false
+		return math.MaxInt64
 	}
-	_, short := atSIGTERM(b, phases)
-	return short == 0
+	p, err := deadline.NewPlan(b, phases...)
+	if err != nil {
+		return math.MaxInt64
+	}
+	return p.Shortfall()
 }
 
 // atSIGTERM returns the plan's windows and its shortfall as they are at the
