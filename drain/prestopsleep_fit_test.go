@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"net/http"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -71,4 +72,17 @@ func newSleepDrainer(t *testing.T, grace, sleep, work time.Duration) (*Drainer, 
 	node := fakesandbox.NewNode()
 	node.AddN("sb", 1, work)
 	return New(Config{Budget: b, Sandboxes: node, Pause: pause.Config{Limit: 1, Estimator: deadline.NewEstimator(work)}})
+}
+
+// NewServer, whose caller set no Config field, says the same in its own
+// words: the preStop sleep and the variable that declares it.
+func TestNewServerRefusesWorkThePreStopSleepLeavesNoTimeFor(t *testing.T) {
+	logToDefault(t)
+	t.Setenv(EnvGrace, "30")
+	t.Setenv(EnvPreStopSleep, "20")
+	t.Setenv(EnvPreserveEstimate, "20s")
+	_, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "DRAINKIT_GRACE=30 (30s) is too short for one round of preserves and the steps' reserves: "+
+		"the reserves need 13.75s more than the 7s that the preStop sleep 20s (DRAINKIT_PRESTOP_SLEEP, or the pod's spec) leaves of the grace period 30s after the margin 3s")
 }
