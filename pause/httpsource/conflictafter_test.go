@@ -8,8 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/drainkit/drainkit/internal/pipenet"
 )
 
 // Fault: a pause that got no answer (its timeout, Config.PauseTimeout,
@@ -30,17 +28,10 @@ import (
 func TestConflictAfterAPauseThatGotNoAnswerIsThatPausesSuccess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeServer(1, func(f *fakeServer) { f.pauseDelay = 2 * time.Second })
-		ln := pipenet.Listen("sandbox-server.test:80")
-		srv := &http.Server{Handler: f.handler()}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		tr := &http.Transport{DialContext: ln.Dial}
-		defer tr.CloseIdleConnections()
-		src, err := New("http://sandbox-server.test", Config{Client: &http.Client{Transport: tr}, PauseTimeout: time.Second})
-		require.NoError(t, err)
+		src := sourceInMemory(t, &http.Server{Handler: f.handler()}, &http.Transport{}, Config{PauseTimeout: time.Second})
 		a := src.Sandbox(sandboxID(0))
 
-		err = a.Preserve(ctxWithDeadline(t, time.Minute))
+		err := a.Preserve(ctxWithDeadline(t, time.Minute))
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "no answer before the pause timeout")
 		time.Sleep(2 * time.Second)

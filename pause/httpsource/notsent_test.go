@@ -2,6 +2,7 @@ package httpsource
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"testing"
 	"testing/synctest"
@@ -33,21 +34,14 @@ import (
 func TestAPauseThatNeverGotAConnectionIsNotOneTheServerMayGoOnWith(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeServer(2, func(f *fakeServer) { f.pauseDelay = 10 * time.Second })
-		ln := pipenet.Listen("sandbox-server.test:80")
-		srv := &http.Server{Handler: f.handler()}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		tr := &http.Transport{DialContext: ln.Dial, MaxConnsPerHost: 1}
-		defer tr.CloseIdleConnections()
-		src, err := New("http://sandbox-server.test", Config{Client: &http.Client{Transport: tr}})
-		require.NoError(t, err)
+		src := sourceInMemory(t, &http.Server{Handler: f.handler()}, &http.Transport{MaxConnsPerHost: 1}, Config{})
 		a, b := src.Sandbox(sandboxID(0)), src.Sandbox(sandboxID(1))
 
 		answered := make(chan error, 1)
 		go func() { answered <- a.Preserve(ctxWithDeadline(t, time.Minute)) }()
 		synctest.Wait() // a's pause is on the one connection, the server pausing it
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		err = b.Preserve(ctx)
+		err := b.Preserve(ctx)
 		cancel()
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "not sent", "b's pause never left the client")
@@ -59,4 +53,26 @@ func TestAPauseThatNeverGotAConnectionIsNotOneTheServerMayGoOnWith(t *testing.T)
 		err = b.Preserve(ctxWithDeadline(t, time.Minute))
 		assert.ErrorIs(t, err, pause.ErrGone, "deleted by its user: no pause of it was ever out")
 	})
+}
+
+// sourceInMemory serves srv on a network in memory (pipenet), over TLS
+// where srv has a TLSConfig, until the test ends, and returns a Source of
+// it, as cfg says, whose Client's transport is tr dialing that network: a
+// real HTTP exchange that a synctest bubble runs in virtual time.
+func sourceInMemory(t *testing.T, srv *http.Server, tr *http.Transport, cfg Config) *Source {
+	t.Helper()
+	scheme, port, serve := "http", "80", srv.Serve
+	if srv.TLSConfig != nil {
+		scheme, port = "https", "443"
+		serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+	}
+	ln := pipenet.Listen("sandbox-server.test:" + port)
+	go func() { _ = serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	tr.DialContext = ln.Dial
+	t.Cleanup(tr.CloseIdleConnections)
+	cfg.Client = &http.Client{Transport: tr}
+	src, err := New(scheme+"://sandbox-server.test", cfg)
+	require.NoError(t, err)
+	return src
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/drainkit/drainkit/internal/pipenet"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -38,23 +37,18 @@ func TestAPauseWaitingForAnHTTP2StreamIsNotOneTheServerMayGoOnWith(t *testing.T)
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeServer(2, func(f *fakeServer) { f.pauseDelay = 10 * time.Second })
 		cert, pool := selfSigned(t, "sandbox-server.test")
-		ln := pipenet.Listen("sandbox-server.test:443")
 		srv := &http.Server{Handler: f.handler(), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
 			HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1}}
-		go func() { _ = srv.ServeTLS(ln, "", "") }()
-		defer srv.Close()
-		tr := &http.Transport{DialContext: ln.Dial, TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true,
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true,
 			HTTP2: &http.HTTP2Config{StrictMaxConcurrentRequests: true}}
-		defer tr.CloseIdleConnections()
-		src, err := New("https://sandbox-server.test", Config{Client: &http.Client{Transport: tr}})
-		require.NoError(t, err)
+		src := sourceInMemory(t, srv, tr, Config{})
 		a, b := src.Sandbox(sandboxID(0)), src.Sandbox(sandboxID(1))
 
 		answered := make(chan error, 1)
 		go func() { answered <- a.Preserve(ctxWithDeadline(t, time.Minute)) }()
 		synctest.Wait() // a's pause on the connection's one stream, the server pausing it
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		err = b.Preserve(ctx)
+		err := b.Preserve(ctx)
 		cancel()
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "not sent", "b's pause never left the client")

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/drainkit/drainkit/internal/pipenet"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -53,17 +52,10 @@ func TestGoneAfterAnAcceptedPauseNeverConfirmedIsLost(t *testing.T) {
 			}
 			w.WriteHeader(http.StatusAccepted)
 		})
-		ln := pipenet.Listen("sandbox-server.test:80")
-		srv := &http.Server{Handler: mux}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		tr := &http.Transport{DialContext: ln.Dial}
-		defer tr.CloseIdleConnections()
-		src, err := New("http://sandbox-server.test", Config{Client: &http.Client{Transport: tr}})
-		require.NoError(t, err)
+		src := sourceInMemory(t, &http.Server{Handler: mux}, &http.Transport{}, Config{})
 
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-		err = src.Sandbox("a").Preserve(ctx)
+		err := src.Sandbox("a").Preserve(ctx)
 		cancel()
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "still listed running", "accepted, never shown done")
