@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -42,14 +41,7 @@ func TestNewWithoutAClientWhenTheProgramWrappedTheDefaultTransport(t *testing.T)
 		src, err = New(url, Config{})
 		require.NoError(t, err)
 	})
-	sbs, err := src.List(t.Context())
-	require.NoError(t, err)
-	require.Len(t, sbs, 3)
-	for _, sb := range sbs {
-		assert.NoError(t, sb.Preserve(ctxWithDeadline(t, time.Minute)), "pause %s", sb.ID())
-	}
-	assert.Equal(t, map[string]int{sandboxID(0): 1, sandboxID(1): 1, sandboxID(2): 1}, f.pauseRequests(),
-		"each pause sent once, and read")
+	preserveEachListedOnce(t, f, src)
 	assert.Zero(t, ln.Dropped(), "no pause went on a kept-alive connection")
 	assert.Zero(t, wrapper.requests.Load(), "the Source's own client, not the program's wrapper")
 }

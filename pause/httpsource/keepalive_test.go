@@ -39,6 +39,14 @@ func TestPauseIsNotSentOnAConnectionTheServerClosesAsItArrives(t *testing.T) {
 	url, ln := f.startClosingKeptAlive(t)
 	src, err := New(url, Config{})
 	require.NoError(t, err)
+	preserveEachListedOnce(t, f, src)
+	assert.Zero(t, ln.Dropped(), "no request reached a connection as the server closed it")
+}
+
+// preserveEachListedOnce lists src's sandboxes, f's three, and preserves
+// each: every pause succeeds, and f read each pause once.
+func preserveEachListedOnce(t *testing.T, f *fakeServer, src *Source) {
+	t.Helper()
 	sbs, err := src.List(t.Context())
 	require.NoError(t, err)
 	require.Len(t, sbs, 3)
@@ -47,7 +55,6 @@ func TestPauseIsNotSentOnAConnectionTheServerClosesAsItArrives(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{sandboxID(0): 1, sandboxID(1): 1, sandboxID(2): 1}, f.pauseRequests(),
 		"each pause sent once, and read")
-	assert.Zero(t, ln.Dropped(), "no request reached a connection as the server closed it")
 }
 
 // startClosingKeptAlive serves f on a loopback listener until the test
