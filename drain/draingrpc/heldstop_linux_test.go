@@ -59,6 +59,16 @@ func holdInHandshake(t *testing.T, s *server) {
 	waitReading(t, s, c.LocalAddr())
 }
 
+// holdWithItsOwnStream opens a stream to s, which runs until its client
+// closes it, and holds a Stop of s in a connection's handshake
+// (holdInHandshake): a held Stop with an RPC of its own to count as cut.
+func holdWithItsOwnStream(t *testing.T, s *server) {
+	t.Helper()
+	_, err := openStream(t, t.Context(), s.worker)
+	require.NoError(t, err)
+	holdInHandshake(t, s)
+}
+
 // stopOnceClosed runs Stop on s with g and ends its context once
 // GracefulStop closed s's listener and meanwhile ran, and returns what
 // Stop returned.
@@ -123,11 +133,9 @@ func listenInAnotherProcess(t *testing.T, addr net.Addr) {
 func TestAHeldStopCountsItsOwnRPCWhenAnotherProcessListensOnItsAddress(t *testing.T) {
 	g := &drain.Gate{}
 	a := serve(t, g, "tcp")
-	_, err := openStream(t, t.Context(), a.worker) // runs until its client closes it
-	require.NoError(t, err)
-	holdInHandshake(t, a)
+	holdWithItsOwnStream(t, a)
 
-	err = stopOnceClosed(t, a, g, func() { listenInAnotherProcess(t, a.addr) })
+	err := stopOnceClosed(t, a, g, func() { listenInAnotherProcess(t, a.addr) })
 	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
 }
 
@@ -225,9 +233,7 @@ func TestAHeldStopCountsItsOwnRPCWhenItsContextIsOfTheUsersOwnType(t *testing.T)
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			a := serveOn(t, g, ln, unchanged, dialing(ln.Addr()), opt)
-			_, err = openStream(t, t.Context(), a.worker) // runs until its client closes it
-			require.NoError(t, err)
-			holdInHandshake(t, a)
+			holdWithItsOwnStream(t, a)
 
 			err = stopOnceClosed(t, a, g, func() { listenInAnotherProcess(t, a.addr) })
 			require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
@@ -289,12 +295,10 @@ func TestAHeldStepSaysWhenTheSocketTablesToldItsRPCsApart(t *testing.T) {
 func TestAHeldStopCountsItsOwnRPCWhenItsSuccessorListensOnItsSocketPath(t *testing.T) {
 	g := &drain.Gate{}
 	a := serve(t, g, "unix")
-	_, err := openStream(t, t.Context(), a.worker) // runs until its client closes it
-	require.NoError(t, err)
-	holdInHandshake(t, a)
+	holdWithItsOwnStream(t, a)
 	listenInAnotherProcess(t, a.addr)
 
-	err = stopOnceClosed(t, a, g, func() {
+	err := stopOnceClosed(t, a, g, func() {
 		assert.NoFileExists(t, a.addr.String(), "a's listener unlinked the path the successor listens on")
 	})
 	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
@@ -325,9 +329,7 @@ func TestAHeldStopCountsItsOwnRPCBesideAnotherListenerOfItsReusePortGroup(t *tes
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	a := serveOn(t, g, ln, unchanged, dialing(ln.Addr()))
-	_, err = openStream(t, t.Context(), a.worker) // a's: b does not listen yet
-	require.NoError(t, err)
-	holdInHandshake(t, a)
+	holdWithItsOwnStream(t, a) // a's: b does not listen yet
 	lnB, err := lc.Listen(t.Context(), "tcp", ln.Addr().String())
 	require.NoError(t, err)
 	serveOn(t, g, lnB, unchanged, dialing(lnB.Addr()))
@@ -381,9 +383,7 @@ func TestAHeldStopCountsItsOwnRPCOnAListenerGivenAsADescriptor(t *testing.T) {
 	ln, err := net.FileListener(kept) // as go-systemd's activation.Listeners does
 	require.NoError(t, err)
 	a := serveOn(t, g, ln, unchanged, dialing(ln.Addr()))
-	_, err = openStream(t, t.Context(), a.worker)
-	require.NoError(t, err)
-	holdInHandshake(t, a)
+	holdWithItsOwnStream(t, a)
 
 	err = stopOnceClosed(t, a, g, func() {})
 	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
@@ -492,9 +492,7 @@ func TestAHeldStopCountsItsOwnRPCBesideAWildcardListenerOfTheOtherFamily(t *test
 			}
 			require.NoError(t, err)
 			a := serveOn(t, g, ln, unchanged, dialing(ln.Addr()))
-			_, err = openStream(t, t.Context(), a.worker)
-			require.NoError(t, err)
-			holdInHandshake(t, a)
+			holdWithItsOwnStream(t, a)
 			other, err := net.Listen(nets[1], fmt.Sprintf(":%d", ln.Addr().(*net.TCPAddr).Port))
 			if err != nil && nets[1] == "tcp6" {
 				t.Skip("no IPv6 here:", err)
@@ -600,9 +598,7 @@ func TestAHeldStopCountsItsOwnRPCInAnotherNetworkNamespace(t *testing.T) {
 		})
 		return c, err
 	})
-	_, err := openStream(t, t.Context(), a.worker)
-	require.NoError(t, err)
-	holdInHandshake(t, a)
+	holdWithItsOwnStream(t, a)
 	b, err := net.Listen("tcp", addr.String())
 	require.NoError(t, err, "the process's namespace has its own 127.0.0.1:%d", addr.(*net.TCPAddr).Port)
 	t.Cleanup(func() { b.Close() })
