@@ -69,6 +69,16 @@ func holdWithItsOwnStream(t *testing.T, s *server) {
 	holdInHandshake(t, s)
 }
 
+// quietAndHeld serves a server on tcp that runs no RPC, a Stop of which
+// a connection in its handshake holds (holdInHandshake): one whose held
+// Stop has no RPC of its own to count as cut.
+func quietAndHeld(t *testing.T, g *drain.Gate) *server {
+	t.Helper()
+	quiet := serve(t, g, "tcp")
+	holdInHandshake(t, quiet)
+	return quiet
+}
+
 // stopOnceClosed runs Stop on s with g and ends its context once
 // GracefulStop closed s's listener and meanwhile ran, and returns what
 // Stop returned.
@@ -266,8 +276,7 @@ func TestAHeldStepSaysWhenTheSocketTablesToldItsRPCsApart(t *testing.T) {
 	busy := serve(t, g, "tcp")
 	stream, err := openStream(t, t.Context(), busy.worker)
 	require.NoError(t, err)
-	quiet := serve(t, g, "tcp")
-	holdInHandshake(t, quiet)
+	quiet := quietAndHeld(t, g)
 
 	var detail any
 	runOnceClosed(t, quiet, func() {}, func(ctx context.Context) {
@@ -416,8 +425,7 @@ func TestAHeldStopIsNotBlamedForAnRPCOnAUnixSocketTheTableNamesOtherwise(t *test
 			busy := serveOn(t, g, ln, unchanged, dialing(&net.UnixAddr{Name: path, Net: "unix"}))
 			stream, err := openStream(t, t.Context(), busy.worker)
 			require.NoError(t, err)
-			quiet := serve(t, g, "tcp")
-			holdInHandshake(t, quiet)
+			quiet := quietAndHeld(t, g)
 
 			err = stopOnceClosed(t, quiet, g, func() {})
 			require.NoError(t, err, "quiet ran no RPC: busy's stream is not its cut")
@@ -457,8 +465,7 @@ func TestAHeldStopIsNotBlamedForAnRPCAnotherServerRunsThroughAnHTTPServer(t *tes
 	t.Cleanup(func() { conn.Close() })
 	stream, err := openStream(t, t.Context(), testgrpc.NewTestServiceClient(conn))
 	require.NoError(t, err)
-	quiet := serve(t, g, "tcp")
-	holdInHandshake(t, quiet)
+	quiet := quietAndHeld(t, g)
 
 	err = stopOnceClosed(t, quiet, g, func() {})
 	require.NoError(t, err, "quiet ran no RPC: busy's stream is not its cut")
