@@ -198,18 +198,12 @@ func TestCheckpointWhoseStatusIsLostWaitsForAThrottledSandboxToStop(t *testing.T
 	rt := realRuntime(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	id := containerID("slow") // without the wait, the first of each run measured failed
-	b, logPath := runCounter(ctx, t, rt, dir, id)
-	st, err := rt.State(ctx, id)
-	require.NoError(t, err)
-	lift := throttle(t, st.Pid, 1)
-	img := filepath.Join(dir, id+"-img")
+	c := runThrottledCounter(ctx, t, rt, "slow", 1) // without the wait, the first of each run measured failed
 
-	res := checkpointStatusLost(t, rt, id, img)
-	lift() // the restore need not crawl
-	require.Empty(t, res.Err, "%s: a checkpoint made", id)
-	restoresFrom(ctx, t, rt, id, b, img, logPath)
+	res := checkpointStatusLost(t, rt, c.id, c.img)
+	c.lift() // the restore need not crawl
+	require.Empty(t, res.Err, "%s: a checkpoint made", c.id)
+	restoresFrom(ctx, t, rt, c.id, c.bundle, c.img, c.logPath)
 }
 
 // runCounter runs a counter container id from a bundle under dir and
@@ -222,6 +216,35 @@ func runCounter(ctx context.Context, t *testing.T, rt *Runtime, dir, id string) 
 	require.NoError(t, rt.Run(ctx, id, b, logPath))
 	waitCounter(t, b, 2)
 	return b, logPath
+}
+
+// A throttledCounter is a counter container (runCounter) whose sandbox is
+// held to a share of one CPU (throttle), so that a checkpoint of it is
+// slow enough to be caught mid-save or mid-stop, and where that
+// checkpoint is to write its image.
+type throttledCounter struct {
+	id      string // containerID(name)
+	bundle  Bundle
+	logPath string
+	pid     int    // the sandbox process's
+	img     string // the image directory, not made yet
+	lift    func() // lifts the CPU limit
+}
+
+// runThrottledCounter runs the counter container name under a directory of
+// the test's and, once it has counted twice, holds its sandbox to percent
+// of one CPU.
+func runThrottledCounter(ctx context.Context, t *testing.T, rt *Runtime, name string, percent int) throttledCounter {
+	t.Helper()
+	dir := t.TempDir()
+	c := throttledCounter{id: containerID(name)}
+	c.bundle, c.logPath = runCounter(ctx, t, rt, dir, c.id)
+	st, err := rt.State(ctx, c.id)
+	require.NoError(t, err)
+	c.pid = st.Pid
+	c.lift = throttle(t, c.pid, percent)
+	c.img = filepath.Join(dir, c.id+"-img")
+	return c
 }
 
 // restoresFrom deletes the checkpointed container id, restores it from img

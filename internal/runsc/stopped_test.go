@@ -2,7 +2,6 @@ package runsc
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,18 +21,12 @@ func TestCheckpointReturnsOnceTheContainerIsStopped(t *testing.T) {
 	rt := realRuntime(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	id := containerID("slowstop")
-	b, logPath := runCounter(ctx, t, rt, dir, id)
-	st, err := rt.State(ctx, id)
-	require.NoError(t, err)
-	lift := throttle(t, st.Pid, 1)
-	img := filepath.Join(dir, id+"-img")
+	c := runThrottledCounter(ctx, t, rt, "slowstop", 1)
 
-	require.NoError(t, rt.Checkpoint(ctx, id, img))
-	st, err = rt.State(ctx, id)
-	lift() // the restore need not crawl
+	require.NoError(t, rt.Checkpoint(ctx, c.id, c.img))
+	st, err := rt.State(ctx, c.id)
+	c.lift() // the restore need not crawl
 	require.NoError(t, err)
-	assert.Equal(t, "stopped", st.Status, "%s: after a Checkpoint that returned nil", id)
-	restoresFrom(ctx, t, rt, id, b, img, logPath)
+	assert.Equal(t, "stopped", st.Status, "%s: after a Checkpoint that returned nil", c.id)
+	restoresFrom(ctx, t, rt, c.id, c.bundle, c.img, c.logPath)
 }
