@@ -2,7 +2,6 @@ package runsc
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,19 +185,13 @@ func TestCheckpointWhoseClientIsKilledWaitsForASaveLongerThanStopWait(t *testing
 // as a save too long for the test's time holds a sandbox, and returns what thaws it.
 func freeze(t *testing.T, pid int) (thaw func()) {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	require.NoError(t, err)
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		v1 := filepath.Join("/sys/fs/cgroup/freezer", parts[2], "freezer.state")
-		if parts[1] == "freezer" && os.WriteFile(v1, []byte("FROZEN"), 0o644) == nil {
+	for _, cg := range cgroupsOf(t, pid) {
+		v1 := filepath.Join("/sys/fs/cgroup/freezer", cg.path, "freezer.state")
+		if cg.controllers == "freezer" && os.WriteFile(v1, []byte("FROZEN"), 0o644) == nil {
 			return func() { require.NoError(t, os.WriteFile(v1, []byte("THAWED"), 0o644)) }
 		}
-		v2 := filepath.Join("/sys/fs/cgroup", parts[2], "cgroup.freeze")
-		if parts[1] == "" && os.WriteFile(v2, []byte("1"), 0o644) == nil {
+		v2 := filepath.Join("/sys/fs/cgroup", cg.path, "cgroup.freeze")
+		if cg.controllers == "" && os.WriteFile(v2, []byte("1"), 0o644) == nil {
 			return func() { require.NoError(t, os.WriteFile(v2, []byte("0"), 0o644)) }
 		}
 	}

@@ -160,27 +160,41 @@ func TestLostStatusKeepsRunscsMessage(t *testing.T) {
 		commandError(context.Background(), []string{"checkpoint", "x"}, echild, nil).Error())
 }
 
-// throttle limits the cgroup of process pid to percent of one CPU (cgroup
-// v1's cpu controller, or v2's cpu.max), as a pod's CPU limit does, and
-// returns what lifts the limit.
-func throttle(t *testing.T, pid, percent int) (lift func()) {
+// A procCgroup is a line of /proc/PID/cgroup: a hierarchy's controllers
+// ("" for cgroup v2's unified one) and the process's cgroup in it.
+type procCgroup struct{ controllers, path string }
+
+// cgroupsOf returns the cgroups of process pid, one for each hierarchy.
+func cgroupsOf(t *testing.T, pid int) []procCgroup {
 	t.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	require.NoError(t, err)
+	var cgs []procCgroup
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 {
 			continue
 		}
+		cgs = append(cgs, procCgroup{controllers: parts[1], path: parts[2]})
+	}
+	return cgs
+}
+
+// throttle limits the cgroup of process pid to percent of one CPU (cgroup
+// v1's cpu controller, or v2's cpu.max), as a pod's CPU limit does, and
+// returns what lifts the limit.
+func throttle(t *testing.T, pid, percent int) (lift func()) {
+	t.Helper()
+	for _, cg := range cgroupsOf(t, pid) {
 		quota := strconv.Itoa(percent * 1000) // of cfs_period_us = 100000
-		for _, c := range strings.Split(parts[1], ",") {
-			v1 := filepath.Join("/sys/fs/cgroup/cpu", parts[2], "cpu.cfs_quota_us")
+		for _, c := range strings.Split(cg.controllers, ",") {
+			v1 := filepath.Join("/sys/fs/cgroup/cpu", cg.path, "cpu.cfs_quota_us")
 			if c == "cpu" && os.WriteFile(v1, []byte(quota), 0o644) == nil {
 				return func() { _ = os.WriteFile(v1, []byte("-1"), 0o644) }
 			}
 		}
-		v2 := filepath.Join("/sys/fs/cgroup", parts[2], "cpu.max")
-		if parts[1] == "" && os.WriteFile(v2, []byte(quota+" 100000"), 0o644) == nil {
+		v2 := filepath.Join("/sys/fs/cgroup", cg.path, "cpu.max")
+		if cg.controllers == "" && os.WriteFile(v2, []byte(quota+" 100000"), 0o644) == nil {
 			return func() { _ = os.WriteFile(v2, []byte("max 100000"), 0o644) }
 		}
 	}
