@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
@@ -24,6 +23,7 @@ import (
 	"google.golang.org/grpc/stats"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/listening/listeningtest"
 )
 
 // The tests here pin down which RPCs a held Stop counts as cut (row 2381:
@@ -410,14 +410,7 @@ func TestAHeldStopCountsItsOwnRPCOnAListenerGivenAsADescriptor(t *testing.T) {
 //	quiet (tcp)          no RPC, a connection in its handshake
 //	Stop(quiet)          the deadline: before "cut"; after nil, busy's stream answers on
 func TestAHeldStopIsNotBlamedForAnRPCOnAUnixSocketTheTableNamesOtherwise(t *testing.T) {
-	dir, err := os.MkdirTemp("", "dk") // short: a socket's path has 108 bytes
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	for name, path := range map[string]string{
-		"space":               filepath.Join(dir, "grpc agent.sock"),
-		"newline":             filepath.Join(dir, "grpc\nagent.sock"),
-		"abstract, with NULs": fmt.Sprintf("@drainkit\x00%d\x00agent", os.Getpid()),
-	} {
+	for name, path := range listeningtest.UnixNamesShownOtherwise(t, "drainkit", "agent") {
 		t.Run(name, func(t *testing.T) {
 			g := &drain.Gate{}
 			ln, err := net.Listen("unix", path)

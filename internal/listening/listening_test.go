@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/drainkit/drainkit/internal/listening"
+	"github.com/drainkit/drainkit/internal/listening/listeningtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -87,14 +88,7 @@ func TestOnFindsAUnixListenerWhateverItsName(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the socket tables are Linux's")
 	}
-	dir, err := os.MkdirTemp("", "dk") // short: a socket's path has 108 bytes
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	for name, path := range map[string]string{
-		"space":               filepath.Join(dir, "grpc agent.sock"),
-		"newline":             filepath.Join(dir, "grpc\nagent.sock"),
-		"abstract, with NULs": fmt.Sprintf("@listening\x00%d\x00test", os.Getpid()),
-	} {
+	for name, path := range listeningtest.UnixNamesShownOtherwise(t, "listening", "test") {
 		t.Run(name, func(t *testing.T) {
 			ln, err := net.Listen("unix", path)
 			require.NoError(t, err)
