@@ -22,6 +22,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/ublkctl"
 	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -74,10 +75,19 @@ func rigWith(t *testing.T, release time.Duration, reserve *atomic.Int64, as func
 			}
 		},
 	}
-	cfg = ublkhook.With(cfg, ublkhook.Hooks{SysfsRoot: tree.Root, ProcfsRoot: t.TempDir(), KernelRelease: "6.8.0-45-generic"})
+	cfg = ublkhook.With(cfg, ublkhook.Hooks{SysfsRoot: tree.Root, ProcfsRoot: t.TempDir(), KernelRelease: "6.8.0-45-generic",
+		OpenControl: noControl})
 	td, err := New(as(daemon), cfg, func() time.Duration { return time.Duration(reserve.Load()) })
 	require.NoError(t, err)
 	return td, &asked
+}
+
+// noControl is the rig's control fallback: the fake kernel has no control
+// device. Left at ublk's default, the last resort and the fallback opened
+// the host's /dev/ublk-control, where a STOP_DEV for the fake ublkb0 would
+// stop the host's device 0.
+func noControl(context.Context) (ublkctl.Controller, error) {
+	return nil, fmt.Errorf("%w: the rig's fake kernel has no control device", ublkctl.ErrNoControl)
 }
 
 // Fault (docs/faults.md row 1055): the servers built their ublk teardown at
