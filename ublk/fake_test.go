@@ -297,11 +297,25 @@ func (f *fixture) partitionHeld(t *testing.T, id, p int, holder string) {
 }
 
 // config is c over f's fake sysfs and procfs, with release as the kernel
-// and, when ctl is not nil, ctl as the control fallback's Controller.
+// and, when ctl is not nil, ctl as the control fallback's Controller; nil
+// is a fake kernel with no control device (unless c names a ControlPath of
+// its own). Before, nil left the fallback at /dev/ublk-control, the host's:
+// TestPartitionHolderCounts's last resort opened it (strace), and on a
+// host with ublk_drv its STOP_DEV for the fake device 0 would have stopped
+// the host's device 0.
 func (f *fixture) config(release string, ctl *memControl, c Config) Config {
 	c.hooks = ublkhook.Hooks{SysfsRoot: f.tree.Root, ProcfsRoot: f.proc, KernelRelease: release}
-	if ctl != nil {
+	switch {
+	case ctl != nil:
 		c.hooks.OpenControl = func(context.Context) (ublkctl.Controller, error) { return ctl, nil }
+	case c.ControlPath == "":
+		c.hooks.OpenControl = noControl
 	}
 	return c
+}
+
+// noControl is the control fallback of a fake kernel with no control
+// device, as ublkctl.Open of a missing one fails.
+func noControl(context.Context) (ublkctl.Controller, error) {
+	return nil, fmt.Errorf("%w: the test's fake kernel has no control device", ublkctl.ErrNoControl)
 }
