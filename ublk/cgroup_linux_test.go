@@ -379,7 +379,7 @@ func TestStepNamesARingHolderAndNeverStopsTheDaemonUnderIt(t *testing.T) {
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
 	vmm, _ := loopdev.Ring(t, node)
 
-	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoLastResort: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoLastResort: true}, ublkhook.Hooks{OpenControl: noControl, SysfsRoot: sys, KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	rep, err := run(t, td, 10*time.Second)
 	t.Log(rep.String())

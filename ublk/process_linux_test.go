@@ -5,6 +5,7 @@ package ublk_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/ublkctl"
 	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -62,11 +64,26 @@ func findProcess(t *testing.T, pid int) *ublk.Process {
 }
 
 // newTeardown is ublk.New with an empty procfs: no holders.
+// newTeardown is ublk.New of d and c; a c with no control of its own
+// (NoControl, ControlPath, ublkhook's OpenControl) gets noControl.
 func newTeardown(t *testing.T, d ublk.Daemon, c ublk.Config) *ublk.Teardown {
 	t.Helper()
+	if h := ublkhook.Get(&c); !c.NoControl && c.ControlPath == "" && h.OpenControl == nil {
+		h.OpenControl = noControl
+		ublkhook.Set(&c, h)
+	}
 	td, err := ublk.New(d, c)
 	require.NoError(t, err)
 	return td
+}
+
+// noControl is the control fallback of the fake devices' kernel, which has
+// no control device. Left at ublk's default, a fallback or a last resort
+// these tests reach when their daemon is slow (a loaded machine) opened
+// the host's /dev/ublk-control, where a STOP_DEV for a fake device's ID
+// stops the host's device of that ID.
+func noControl(context.Context) (ublkctl.Controller, error) {
+	return nil, fmt.Errorf("%w: the fake devices' kernel has no control device", ublkctl.ErrNoControl)
 }
 
 func run(t *testing.T, td *ublk.Teardown, budget time.Duration) (*ublk.Report, error) {
@@ -177,7 +194,7 @@ func TestVMMHoldingADeviceKeepsTheDaemonRunningWithoutLastResort(t *testing.T) {
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
 	vmm, _ := loopdev.Hold(t, node)
 
-	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoLastResort: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoLastResort: true}, ublkhook.Hooks{OpenControl: noControl, SysfsRoot: sys, KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	rep, err := run(t, td, 10*time.Second)
 	var held *ublk.HeldError
@@ -200,7 +217,7 @@ func TestTeardownProceedsOnceTheVMMCloses(t *testing.T) {
 	vmm, stdin := loopdev.Hold(t, node)
 	waiting := logbuf.NewSignal("waiting for the devices' holders to close")
 	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{Logger: slog.New(slog.NewTextHandler(waiting, nil))},
-		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid(), vmm.Process.Pid), KernelRelease: vulnerable}))
+		ublkhook.Hooks{OpenControl: noControl, SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid(), vmm.Process.Pid), KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	go func() {
 		// The VMM shuts down while the step waits: once the step has seen it.
@@ -296,7 +313,7 @@ func TestHolderScanIsNotCutShortByTheContext(t *testing.T) {
 	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
 	vmm, _ := loopdev.Hold(t, node)
-	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{}, ublkhook.Hooks{OpenControl: noControl, SysfsRoot: sys, KernelRelease: vulnerable}))
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -338,7 +355,7 @@ func TestDaemonThatDiedDuringTheHolderWaitIsNotReportedRunning(t *testing.T) {
 	loopdev.Hold(t, node)
 	daemon := findProcess(t, d.Pid())
 	d.Close() // SIGKILL: it crashed
-	td, err := ublk.New(daemon, ublkhook.With(ublk.Config{HolderWait: time.Nanosecond, NoLastResort: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	td, err := ublk.New(daemon, ublkhook.With(ublk.Config{HolderWait: time.Nanosecond, NoLastResort: true}, ublkhook.Hooks{OpenControl: noControl, SysfsRoot: sys, KernelRelease: vulnerable}))
 	require.NoError(t, err)
 
 	rep, err := run(t, td, 10*time.Second)
