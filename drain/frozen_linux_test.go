@@ -141,3 +141,170 @@ func (s *untilEnded) Preserve(ctx context.Context) error {
 	<-ctx.Done()
 	return ctx.Err()
 }
+
+// frozenReturnChild names, in the environment of this test binary run
+// again, the drain it makes: one whose process the test freezes while its
+// Preserver returns, in the slack after the hard deadline.
+const frozenReturnChild = "DRAINKIT_DRAIN_FROZEN_RETURN_CHILD"
+
+// wrapUp is how long the child's Preserver takes to return after the hard
+// deadline: well inside drain's slack (pause's Run takes up to 20 ms, and
+// its Report).
+const wrapUp = 40 * time.Millisecond
+
+// Fault: drain gave up on the Preserver returnSlack (100 ms) after it saw
+// the hard deadline's context end, in wall time: a process frozen inside
+// that slack (a container at its CPU quota, a loaded node), while its
+// Preserver returned, ran again with drain's wait due to give up and the
+// Preserver's return due too, and drain could give up first: the preserve
+// phase Abandoned, "the Preserver did not return by the hard deadline",
+// the Preserver's Report dropped, where nothing hung.
+//
+//	0               the child's Preserver runs until the hard deadline
+//	1.5 s           the hard deadline: the Preserver takes 40 ms to return
+//	+20 ms          the child is frozen (SIGSTOP)
+//	+320 ms         it runs again (SIGCONT): the Preserver returned, its Report the drain's
+func TestPreserverReturningAsItsProcessIsFrozenIsNotAbandoned(t *testing.T) {
+	if os.Getenv(frozenReturnChild) != "" {
+		runFrozenReturnChild(t)
+		return
+	}
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), frozenReturnChild+"=1")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { // a child left frozen by a failure before SIGCONT
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+	})
+	lines := bufio.NewScanner(out)
+	require.True(t, lines.Scan(), "the child's hard deadline")
+	ns, err := strconv.ParseInt(strings.TrimPrefix(lines.Text(), "hard "), 10, 64)
+	require.NoError(t, err, lines.Text())
+	hard := time.Unix(0, ns)
+	time.Sleep(time.Until(hard.Add(wrapUp / 2)))
+	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	var p PhaseReport
+	preserved := false
+	for lines.Scan() {
+		if j, ok := strings.CutPrefix(lines.Text(), "phase "); ok {
+			require.NoError(t, json.Unmarshal([]byte(j), &p))
+		}
+		preserved = preserved || lines.Text() == "report"
+	}
+	require.NoError(t, cmd.Wait())
+	assert.NotEqual(t, Abandoned, p.Result, "the Preserver returned %v after the hard deadline: %s", wrapUp, p.Error)
+	assert.True(t, preserved, "the Preserver's Report is the drain's")
+}
+
+// runFrozenReturnChild is the child's drain: a Preserver that writes its
+// hard deadline, runs until it and returns wrapUp later; then the
+// preserve phase's report, and "report" when the Preserver's is the
+// drain's.
+func runFrozenReturnChild(t *testing.T) {
+	b, err := deadline.New(2*time.Second, deadline.Config{Margin: 500 * time.Millisecond})
+	require.NoError(t, err)
+	d, err := New(Config{Budget: b, Preserver: wrapsUp{}})
+	require.NoError(t, err)
+	rep := d.Shutdown(t.Context())
+	j, err := json.Marshal(rep.Phase(PhasePreserve))
+	require.NoError(t, err)
+	fmt.Printf("phase %s\n", j)
+	if rep.Preserve != nil {
+		fmt.Println("report")
+	}
+}
+
+// wrapsUp is a Preserver whose Run lasts until the hard deadline and
+// returns wrapUp after it.
+type wrapsUp struct{}
+
+func (wrapsUp) Run(_ context.Context, hard time.Time) *pause.Report {
+	fmt.Printf("hard %d\n", hard.UnixNano())
+	time.Sleep(time.Until(hard))
+	time.Sleep(wrapUp)
+	return &pause.Report{}
+}
+
+func (wrapsUp) Limit() int                     { return 1 }
+func (wrapsUp) Estimator() *deadline.Estimator { return nil }
+
+// frozenStepChild names, in the environment of this test binary run
+// again, the drain it makes: one whose process the test freezes while a
+// step returns, in the slack after its deadline.
+const frozenStepChild = "DRAINKIT_DRAIN_FROZEN_STEP_CHILD"
+
+// Fault: as for the Preserver above, drain gave up on a step returnSlack
+// after it saw the step's context end, in wall time: a process frozen
+// inside that slack while the step returned (draingrpc.Step waits 50 ms
+// for grpc's Stop after its deadline, "below drain's slack for a step's
+// return, so the step's own result is reported") ran again with both due,
+// and drain could give up first: the step Abandoned, the drain's exit 1.
+//
+//	0        the child's step "grpc" runs until its deadline (1.5 s: the last phase)
+//	+20 ms   the child is frozen (SIGSTOP), the step returning 50 ms after its deadline
+//	+320 ms  it runs again (SIGCONT): the step timed out with its own error
+func TestStepReturningAsItsProcessIsFrozenIsNotAbandoned(t *testing.T) {
+	if os.Getenv(frozenStepChild) != "" {
+		runFrozenStepChild(t)
+		return
+	}
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), frozenStepChild+"=1")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { // a child left frozen by a failure before SIGCONT
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+	})
+	lines := bufio.NewScanner(out)
+	require.True(t, lines.Scan(), "the step's deadline")
+	ns, err := strconv.ParseInt(strings.TrimPrefix(lines.Text(), "deadline "), 10, 64)
+	require.NoError(t, err, lines.Text())
+	time.Sleep(time.Until(time.Unix(0, ns).Add(20 * time.Millisecond)))
+	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	var p PhaseReport
+	for lines.Scan() {
+		if j, ok := strings.CutPrefix(lines.Text(), "phase "); ok {
+			require.NoError(t, json.Unmarshal([]byte(j), &p))
+		}
+	}
+	require.NoError(t, cmd.Wait())
+	assert.Equal(t, TimedOut, p.Result, "the step returned 50 ms after its deadline: %s", p.Error)
+	assert.Contains(t, p.Error, "grpc's Stop returned")
+}
+
+// runFrozenStepChild is the child's drain: no sandboxes, one step that
+// writes its deadline, waits for it and returns 50 ms later; then the
+// step's report.
+func runFrozenStepChild(t *testing.T) {
+	b, err := deadline.New(2*time.Second, deadline.Config{Margin: 500 * time.Millisecond})
+	require.NoError(t, err)
+	grpcLike := step("grpc", 200*time.Millisecond, func(ctx context.Context) error {
+		dl, _ := ctx.Deadline()
+		fmt.Printf("deadline %d\n", dl.UnixNano())
+		<-ctx.Done()
+		time.Sleep(50 * time.Millisecond)
+		return fmt.Errorf("grpc's Stop returned 50 ms after the deadline: %w", ctx.Err())
+	})
+	none := pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })
+	d, err := New(Config{Budget: b, Sandboxes: none, Steps: []Step{grpcLike},
+		Pause: pause.Config{Estimator: deadline.NewEstimator(10 * time.Millisecond)}})
+	require.NoError(t, err)
+	rep := d.Shutdown(t.Context())
+	j, err := json.Marshal(rep.Phase("grpc"))
+	require.NoError(t, err)
+	fmt.Printf("phase %s\n", j)
+}

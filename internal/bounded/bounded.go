@@ -14,37 +14,63 @@ var ErrAbandoned = errors.New("did not return by its deadline; abandoned")
 
 // Call calls fn(ctx) in its own goroutine and returns what it returns, or
 // ErrAbandoned with the zero value if fn has not returned slack after ctx
-// ended. A result that is ready when ctx ends wins over abandoning it. A
-// panic in fn is returned as an error that carries the panic's value and
-// stack. With slack zero, Call abandons fn as soon as ctx ends.
+// ended, the slack's second half counted from when Call, awake, has seen
+// the first end (so a process frozen inside it does not abandon a call
+// that returned in time). A result that is ready when ctx ends wins over
+// abandoning it. A panic in fn is returned as an error that carries the
+// panic's value and stack. With slack zero, Call abandons fn as soon as
+// ctx ends.
 func Call[T any](ctx context.Context, slack time.Duration, fn func(context.Context) (T, error)) (T, error) {
-	type outcome struct {
-		v   T
-		err error
-	}
-	res := make(chan outcome, 1) // fn's goroutine never blocks on an abandoned call
+	res := make(chan outcome[T], 1) // fn's goroutine never blocks on an abandoned call
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				res <- outcome{err: fmt.Errorf("panic: %v\n%s", p, debug.Stack())}
+				res <- outcome[T]{err: fmt.Errorf("panic: %v\n%s", p, debug.Stack())}
 			}
 		}()
 		v, err := fn(ctx)
-		res <- outcome{v, err}
+		res <- outcome[T]{v, err}
 	}()
 	select {
 	case o := <-res:
 		return o.v, o.err
 	case <-ctx.Done():
 	}
-	t := time.NewTimer(slack)
+	// The slack is waited in two halves, the second from when this
+	// goroutine, awake past the first, has seen it end: a process frozen
+	// inside the slack (a container at its CPU quota, a loaded node's
+	// scheduler) runs again with this wait and fn's return both due, and
+	// a wait that gave up then abandoned a call that returned in time as
+	// one that ignored its context (docs/faults.md row 2861). Blocked for
+	// the second half, this goroutine's thread runs fn's. The total, with
+	// the process running, is slack.
+	t := time.NewTimer(slack / 2)
 	defer t.Stop()
+	if o, ok := returned(res, t.C); ok {
+		return o.v, o.err
+	}
+	t.Reset(slack - slack/2) // fired, and read: no stale tick
+	if o, ok := returned(res, t.C); ok {
+		return o.v, o.err
+	}
+	var zero T
+	return zero, ErrAbandoned
+}
+
+// outcome is what a call returned.
+type outcome[T any] struct {
+	v   T
+	err error
+}
+
+// returned waits for res until end fires: what the call returned, and
+// true, or false when end fired first.
+func returned[T any](res <-chan outcome[T], end <-chan time.Time) (outcome[T], bool) {
 	select {
 	case o := <-res:
-		return o.v, o.err
-	case <-t.C:
-		var zero T
-		return zero, ErrAbandoned
+		return o, true
+	case <-end:
+		return outcome[T]{}, false
 	}
 }
 
