@@ -1,8 +1,7 @@
 // Package bounded calls a function that may ignore its context, and stops
 // waiting for it a fixed slack after the context ends (of the time the
-// process ran: see Call): drainkit's one
-// "abandon a call" mechanism, for the Lister, the Preserver and the drain's
-// steps. A panic in the function is recovered and returned as an error with
+// process ran: see Call): drainkit's one "abandon a call" mechanism, for
+// the Lister, the Preserver and the drain's steps. A panic in the function is recovered and returned as an error with
 // its stack, so a user's bug ends in the Report, not in a crashed process.
 //
 // An abandoned call's goroutine keeps running until the function returns;
