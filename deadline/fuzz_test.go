@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/big"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -61,7 +62,11 @@ func decodePhases(raw []byte) []deadline.Phase {
 //     where its rule holds (the wait run on to SIGKILL, the kubelet's 2 s
 //     after SIGTERM holding the later reserves), and ShortfallFrom it zero;
 //   - Shortfall == sum of all reserves - (D - T0) when positive, else 0,
-//     and 0 before SIGTERM where the reserves hold with the wait run on;
+//     but before SIGTERM, when less, what the reserves lack with the wait
+//     run on (the wait's before SIGKILL, the later ones' before the
+//     deadline SIGTERM there gives), 0 where they hold there; and it is
+//     exact: the reserves less it, taken off the last phases, fit, and
+//     less it but 1 ns lack 1 ns;
 //     when ShortfallFrom is zero no phase of the layout is Short, and with
 //     no Max it is positive exactly when one is (a Max-cut phase may leave
 //     the later ones enough).
@@ -162,12 +167,14 @@ func FuzzPlanInvariants(f *testing.F) {
 			checkLayout(t, "Split(D, T0)", phases, D, T0, deadline.Split(D, T0, phases...))
 
 			want := shortfall(sumReserves(phases), T0, D)
-			if _, _, fits := preStopFitModel(phases, T0, st, c.Margin); fits && sigtermAfter < 0 {
-				want = 0 // the preStop wait run on holds them
+			if _, _, lack, ok := preStopLackModel(phases, T0, st, c.Margin); ok && sigtermAfter < 0 {
+				want = min(want, lack) // the layout that lacks less: the preStop wait run on
 			}
-			if got := p.Shortfall(); got != want {
+			got := p.Shortfall()
+			if got != want {
 				t.Fatalf("Shortfall = %v, want %v (reserves %v, from %v to %v)", got, want, sumReserves(phases), T0, D)
 			}
+			checkShortfallIsExact(t, b, phases, got)
 		})
 	})
 }
@@ -298,6 +305,56 @@ func preStopModel(phases []deadline.Phase, start time.Time, st deadline.State, m
 		}
 	}
 	return append([]deadline.Window{first}, rest...), append([]unpinned{{hard: restOpen[0].start}}, restOpen...), end, true
+}
+
+// checkShortfallIsExact checks that short, the plan's Shortfall, is the
+// time the reserves of phases lack: taken off the last phases' reserves,
+// the plan over b fits, and 1 ns less taken off leaves it 1 ns short. A
+// saturated figure, or one the reserves cannot give up, names no exact
+// time.
+func checkShortfallIsExact(t *testing.T, b *deadline.Budget, phases []deadline.Phase, short time.Duration) {
+	t.Helper()
+	if short == 0 || short == math.MaxInt64 || sumReserves(phases).Cmp(big.NewInt(int64(short))) < 0 {
+		return
+	}
+	for _, c := range []struct{ off, want time.Duration }{{short, 0}, {short - 1, 1}} {
+		p, err := deadline.NewPlan(b, lessBy(phases, c.off)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Shortfall(); got != c.want {
+			t.Fatalf("Shortfall %v: the reserves %v less are %v short, want %v", short, c.off, got, c.want)
+		}
+	}
+}
+
+// lessBy returns phases with off taken off their reserves, from the last
+// phase back.
+func lessBy(phases []deadline.Phase, off time.Duration) []deadline.Phase {
+	out := slices.Clone(phases)
+	for i := len(out) - 1; i >= 0 && off > 0; i-- {
+		r := reserveOf(out[i])
+		cut := min(r, off)
+		out[i].Reserve, off = deadline.Fixed(r-cut), off-cut
+	}
+	return out
+}
+
+// preStopLackModel is how much more time the reserves need with the
+// preStop wait run on, as preStopFitModel lays it out: the wait's own
+// before wait, the later ones' in end - wait, saturated; ok is false where
+// no wait runs on (a plan of one phase).
+func preStopLackModel(phases []deadline.Phase, start time.Time, st deadline.State, margin time.Duration) (wait, end time.Time, lack time.Duration, ok bool) {
+	if len(phases) < 2 {
+		return wait, end, 0, false
+	}
+	wait, end, _ = preStopFitModel(phases, start, st, margin)
+	own := shortfall(big.NewInt(int64(reserveOf(phases[0]))), start, wait)
+	later := shortfall(sumReserves(phases[1:]), wait, end)
+	if own > math.MaxInt64-later {
+		return wait, end, math.MaxInt64, true
+	}
+	return wait, end, own + later, true
 }
 
 // preStopFitModel says whether, before SIGTERM, every reserve holds with the

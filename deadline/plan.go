@@ -239,14 +239,14 @@ func (p *Plan) layout(now time.Time, i int) []Window {
 }
 
 // preStopLayout is the layout from the first phase, the preStop wait,
-// starting at now, when preStopFits says its rule holds (plainEnd is
+// starting at now, when preStopRun says its rule holds (plainEnd is
 // where Split to the budget's deadline ends the wait); nil when it does
 // not. The wait ends when the kubelet gives up on the hook (or at its
 // Max), and the later phases are laid out from there to the deadline
 // SIGTERM then gives the budget.
 func (p *Plan) preStopLayout(now time.Time, raw State, plainEnd time.Time) []Window {
-	end, after, later, fits := p.preStopFits(now, raw)
-	if !fits || after.Sub(end) < raw.ifSIGTERM(plainEnd).Deadline.Sub(plainEnd) {
+	end, after, later, lack, ok := p.preStopRun(now, raw)
+	if !ok || lack > 0 || after.Sub(end) < raw.ifSIGTERM(plainEnd).Deadline.Sub(plainEnd) {
 		return nil // a wait that ends at plainEnd leaves the later phases more: the margin whole
 	}
 	rest := split(end, after, later)
@@ -260,38 +260,42 @@ func (p *Plan) preStopLayout(now time.Time, raw State, plainEnd time.Time) []Win
 	return append([]Window{wait}, rest...)
 }
 
-// preStopFits reports whether, before SIGTERM (raw is the budget's state),
-// every reserve holds with the first phase, the preStop wait, started at
-// start, run on until the kubelet gives up on the hook. The kubelet sends
-// SIGTERM when the hook returns, or when its grace runs out (raw.Kill, or
-// later), and SIGKILL no sooner than 2 s after it: killContainer raises
-// what the hook left to minimumGracePeriodInSeconds, and the budget keeps
-// that floor after SIGTERM whatever else it learns. So the reserves hold
-// when the wait's own fits before its end and the later phases' fit in
-// what SIGTERM there leaves them before the deadline it gives the budget
-// (State.ifSIGTERM: 2 s less a margin of at most half of them). It returns
-// the wait's end (raw.Kill, or start plus its Max), the deadline SIGTERM
-// then gives, and the later phases with their reserves as evaluated here,
-// fixed, so that the wait and the later windows are laid out from the
-// same reserves. Nothing holds so once SIGTERM came, or in a plan of one
-// phase.
-func (p *Plan) preStopFits(start time.Time, raw State) (end, after time.Time, later []Phase, fits bool) {
+// preStopRun lays out, before SIGTERM (raw is the budget's state), the
+// first phase, the preStop wait, started at start, run on until the kubelet
+// gives up on the hook, and says by how much the reserves do not hold
+// there. The kubelet sends SIGTERM when the hook returns, or when its
+// grace runs out (raw.Kill, or later), and SIGKILL no sooner than 2 s
+// after it: killContainer raises what the hook left to
+// minimumGracePeriodInSeconds, and the budget keeps that floor after
+// SIGTERM whatever else it learns. So the reserves hold when the wait's
+// own fits before its end and the later phases' fit in what SIGTERM there
+// leaves them before the deadline it gives the budget (State.ifSIGTERM:
+// 2 s less a margin of at most half of them). It returns the wait's end
+// (raw.Kill, or start plus its Max), the deadline SIGTERM then gives, the
+// later phases with their reserves as evaluated here, fixed, so that the
+// wait and the later windows are laid out from the same reserves, and
+// lack: how much more time the wait's reserve needs before its end plus
+// how much more the later ones need before that deadline (zero: they
+// hold), saturated. ok is false, and nothing is laid out, once SIGTERM
+// came, or in a plan of one phase.
+func (p *Plan) preStopRun(start time.Time, raw State) (end, after time.Time, later []Phase, lack time.Duration, ok bool) {
 	if len(p.phases) < 2 || !raw.SIGTERM.IsZero() {
-		return end, after, nil, false
+		return end, after, nil, 0, false
 	}
 	end = raw.Kill
 	if m := p.phases[0].Max; m > 0 && end.Sub(start) > m {
 		end = start.Add(m)
 	}
 	later = make([]Phase, len(p.phases)-1)
-	var sum time.Duration
+	reserves := make([]time.Duration, len(later))
 	for j, ph := range p.phases[1:] {
-		r := reserveOf(ph)
-		ph.Reserve = Fixed(r)
-		later[j], sum = ph, satAdd(sum, r)
+		reserves[j] = reserveOf(ph)
+		ph.Reserve = Fixed(reserves[j])
+		later[j] = ph
 	}
 	after = raw.ifSIGTERM(end).Deadline
-	return end, after, later, end.Sub(start) >= reserveOf(p.phases[0]) && after.Sub(end) >= sum
+	own := overrunBy([]time.Duration{reserveOf(p.phases[0])}, start, end)
+	return end, after, later, satAdd(own, overrunBy(reserves, end, after)), true
 }
 
 // reserveOf is ph's reserve as evaluated now, a nil or negative one zero.
@@ -303,13 +307,17 @@ func reserveOf(ph Phase) time.Duration {
 }
 
 // Shortfall returns by how much the budget is too small for all reserves
-// together, as of now: sum of reserves - (Deadline - T0), or zero if they
-// fit, there or, before SIGTERM, with the first phase, the preStop wait,
-// run on to the budget's SIGKILL, where the kubelet gives up on the hook
-// and still leaves 2 s after SIGTERM (see Plan). With a preStop sleep
-// (Config.PreStopSleep) and no preStop call anchoring the budget, the
-// kubelet sleeps from T0 and the phases start at SIGTERM: then it is sum
-// of reserves - (Deadline - SIGTERM), the deadline as SIGTERM at T0 +
+// together, as of now: how much more time they need in the layout where
+// they lack the least, or zero if they fit there. That is sum of reserves
+// - (Deadline - T0), or, before SIGTERM, with the first phase, the preStop
+// wait, run on to the budget's SIGKILL, where the kubelet gives up on the
+// hook and still leaves 2 s after SIGTERM (see Plan), what the wait's
+// reserve lacks before SIGKILL plus what the later ones lack before the
+// deadline SIGTERM there gives, if that is less. Reserves shorter by the
+// figure, in that layout, fit; by any less, they do not. With a preStop
+// sleep (Config.PreStopSleep) and no preStop call anchoring the budget,
+// the kubelet sleeps from T0 and the phases start at SIGTERM: then it is
+// sum of reserves - (Deadline - SIGTERM), the deadline as SIGTERM at T0 +
 // sleep sets it before it comes. It saturates at the largest Duration.
 func (p *Plan) Shortfall() time.Duration {
 	if p.budget == nil { // the zero Plan: no reserve to fall short of
@@ -320,10 +328,15 @@ func (p *Plan) Shortfall() time.Duration {
 		return overrun(p.phases, st.SIGTERM, st.Deadline)
 	}
 	st := raw.settled()
-	if _, _, _, fits := p.preStopFits(st.Start, raw); fits {
-		return 0 // the preStop wait run on to SIGKILL holds them
+	short := overrun(p.phases, st.Start, st.Deadline)
+	// The verdict and the figure from the same layout: the one that lacks
+	// less. Counted from T0 alone, a grace of 1 s named the 500 ms from T0
+	// for work that lacked only what the kubelet's 2 s after SIGTERM do
+	// not hold.
+	if _, _, _, lack, ok := p.preStopRun(st.Start, raw); ok {
+		short = min(short, lack)
 	}
-	return overrun(p.phases, st.Start, st.Deadline)
+	return short
 }
 
 // ShortfallFrom returns by how much the reserves of the named phase and all

@@ -552,6 +552,12 @@ func (d *Drainer) shortfall(short time.Duration, ownPreserver bool) shortfallErr
 	if e.sleep = prestopsleep.Of(d.budget); e.sleep > 0 {
 		left = deadline.KubeletRemaining(e.grace, e.sleep)
 	}
+	// More than the grace leaves from T0: the figure is the preStop wait
+	// run on to the end of the grace (deadline.Plan.Shortfall), where
+	// SIGTERM leaves the kubelet's 2 s.
+	if st := d.budget.State(); e.sleep == 0 && e.left > st.Deadline.Sub(st.Start) {
+		e.runOn, left = true, deadline.MinimumGracePeriod
+	}
 	e.margin = max(left-e.left, 0)
 	return e
 }
@@ -563,6 +569,7 @@ func (d *Drainer) shortfall(short time.Duration, ownPreserver bool) shortfallErr
 type shortfallError struct {
 	short, left, grace, margin time.Duration
 	sleep                      time.Duration // deadline.Config.PreStopSleep: the kubelet's, before SIGTERM
+	runOn                      bool          // left is what the kubelet's 2 s after SIGTERM leave, the preStop wait run on to the grace's end
 	preserve, estimate         time.Duration // preserve = rounds x estimate
 	rounds                     int
 	estField                   string
@@ -590,6 +597,9 @@ func (e shortfallError) detail(fields bool) string {
 	case e.sleep > 0:
 		fmt.Fprintf(&b, "the reserves need %v more than the %v that the preStop sleep %v (%s, or the pod's spec) leaves of the grace period %v after the margin %v: ",
 			e.short, e.left, e.sleep, EnvPreStopSleep, e.grace, e.margin)
+	case e.runOn:
+		fmt.Fprintf(&b, "the reserves need %v more than the %v that the kubelet's %v after SIGTERM leave after the margin %v, the preStop wait run on to the end of the grace period %v: ",
+			e.short, e.left, deadline.MinimumGracePeriod, e.margin, e.grace)
 	default:
 		fmt.Fprintf(&b, "the reserves need %v more than the %v the grace period %v leaves after the margin %v: ",
 			e.short, e.left, e.grace, e.margin)

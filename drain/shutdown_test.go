@@ -525,7 +525,7 @@ func TestNewShortfallNamesEachReserveAndItsField(t *testing.T) {
 		// One round of 1 s fits in a 1 s grace, the kubelet's 2 s after
 		// SIGTERM holding it (TestOneRoundThatTheKubeletsTwoSecondsAfterSIGTERMHoldIsTaken).
 		{"no step", time.Second, Config{Sandboxes: node, Pause: pause.Config{Estimator: deadline.NewEstimator(1200 * time.Millisecond)}},
-			[]string{"the reserves need 700ms more than the 500ms the grace period 1s leaves after the margin 500ms:",
+			[]string{"the reserves need 200ms more than the 1s that the kubelet's 2s after SIGTERM leave after the margin 1s, the preStop wait run on to the end of the grace period 1s:",
 				"preserve 1.2s (Config.Pause.Estimator: 1 round of 1.2s)"}, "Config.Steps"},
 		{"a step", 2 * time.Second, Config{Sandboxes: node, Steps: []Step{step("http", 250*time.Millisecond, nop)}},
 			[]string{"need 250ms more than the 1s the grace period 2s leaves after the margin 1s:",
