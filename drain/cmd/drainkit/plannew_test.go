@@ -16,8 +16,9 @@ import (
 )
 
 // The plan and the Drainer's New decide alike what fits: a plan that says
-// DOES NOT FIT is a server that New refuses to make, and the smallest
-// grace the plan names is the smallest New takes. Since rows 2540-2541,
+// DOES NOT FIT is a server that New refuses to make, its shortfall the
+// figure New's error names, and the smallest grace the plan names is the
+// smallest New takes. Since rows 2540-2541,
 // New counts the kubelet's 2 s after a preStop wait run on to SIGKILL
 // (a grace of 1 s holds a round of 1 s); the plan, which lays the work
 // out from SIGTERM, gets the same time: with no hook SIGKILL comes
@@ -30,9 +31,12 @@ import (
 //	no sleep: grace 1-12 s; sleep 1 s, 3 s, 20 s: grace from the sleep to 12 s more;
 //	one round of 50 ms to 6 s, margin the default or 300 ms:
 //	plan FITS          <=> drain.New accepts
+//	plan's shortfall   == what New's error says the reserves need more (row 2900:
+//	                      at a grace of 1 s New named the 500 ms from T0)
 //	smallest grace     == the smallest whole grace drain.New accepts
 func TestPlanAndNewAgreeOnWhatFits(t *testing.T) {
 	minGrace := regexp.MustCompile(`smallest grace that fits\s+(\d+)s`)
+	planShort := regexp.MustCompile(`shortfall\s+(\S+)\s+the work is this much longer`)
 	seen := map[bool]int{} // New's answers: both are compared
 	for _, sleep := range []time.Duration{0, time.Second, 3 * time.Second, 20 * time.Second} {
 		least := max(int(sleep/time.Second), 1) // a longer sleep is no pod's: both refuse it
@@ -41,7 +45,8 @@ func TestPlanAndNewAgreeOnWhatFits(t *testing.T) {
 				smallestNew := time.Duration(0)
 				for g := least + 11; g >= least; g-- {
 					grace := time.Duration(g) * time.Second
-					accepted := newAccepts(t, grace, margin, sleep, est)
+					short := newShortfall(t, grace, margin, sleep, est)
+					accepted := short == 0
 					seen[accepted]++
 					if accepted {
 						smallestNew = grace
@@ -56,6 +61,11 @@ func TestPlanAndNewAgreeOnWhatFits(t *testing.T) {
 					code, out, errw := drainkit(t, args...)
 					require.Empty(t, errw)
 					assert.Equal(t, accepted, code == exitOK, "grace %v, sleep %v, one round of %v, margin %v: New accepts %v\n%s", grace, sleep, est, margin, accepted, out)
+					if !accepted {
+						m := planShort.FindStringSubmatch(out)
+						require.NotNil(t, m, out)
+						assert.Equal(t, secs(short), m[1], "grace %v, sleep %v, one round of %v, margin %v: the plan's shortfall, New's figure %v\n%s", grace, sleep, est, margin, short, out)
+					}
 					if g == least && smallestNew > 0 {
 						m := minGrace.FindStringSubmatch(out)
 						require.NotNil(t, m, out)
@@ -69,10 +79,10 @@ func TestPlanAndNewAgreeOnWhatFits(t *testing.T) {
 	assert.Positive(t, seen[false], "plans New refuses")
 }
 
-// newAccepts reports whether drain.New makes a Drainer of one sandbox
-// whose preserve is estimated at est, in a budget of grace whose preStop
-// hook sleeps sleep (0: none).
-func newAccepts(t *testing.T, grace, margin, sleep, est time.Duration) bool {
+// newShortfall is what drain.New's error says the reserves lack for one
+// sandbox whose preserve is estimated at est, in a budget of grace whose
+// preStop hook sleeps sleep (0: none), or 0 where New makes the Drainer.
+func newShortfall(t *testing.T, grace, margin, sleep, est time.Duration) time.Duration {
 	t.Helper()
 	b, err := deadline.New(grace, deadline.Config{Margin: margin, PreStopSleep: sleep})
 	require.NoError(t, err)
@@ -80,5 +90,15 @@ func newAccepts(t *testing.T, grace, margin, sleep, est time.Duration) bool {
 	node.AddN("sb", 1, est)
 	_, err = drain.New(drain.Config{Budget: b, Sandboxes: node,
 		Pause: pause.Config{Limit: 1, Estimator: deadline.NewEstimator(est)}})
-	return err == nil
+	if err == nil {
+		return 0
+	}
+	m := newShort.FindStringSubmatch(err.Error())
+	require.NotNil(t, m, err.Error())
+	short, err := time.ParseDuration(m[1])
+	require.NoError(t, err)
+	require.Positive(t, short, "a refusal names what is missing")
+	return short
 }
+
+var newShort = regexp.MustCompile(`the reserves need (\S+) more than`)
