@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,7 +30,8 @@ import (
 //	         its kill laid out near its deadline, about 53 s
 //	~0 s     a deletion read: SIGKILL at 6 s, the step's deadline about 4 s
 //	before:  the step cancelled there, the daemon never killed, left running
-//	after:   the stages laid out again by then: the daemon killed within the new window
+//	after:   the stages laid out again by then: the daemon killed within the new window,
+//	         then reaped (its exit, however late a loaded machine schedules it)
 func TestUblkStepIsLaidOutAgainWhenTheBudgetMovesSIGKILLEarlier(t *testing.T) {
 	daemonHook = func(c *fakeublk.DaemonConfig) { c.Mode = fakeublk.Hung }
 	ublkHook = func(h *ublkhook.Hooks) { h.KernelRelease = "6.14.8" } // fixed: the kill is allowed
@@ -66,10 +68,11 @@ func TestUblkStepIsLaidOutAgainWhenTheBudgetMovesSIGKILLEarlier(t *testing.T) {
 	require.True(t, ok, "the teardown's account is the step's Detail: %T", step.Detail)
 	assert.True(t, td.Daemon.Killed, "the hung daemon killed within the step's new window: %s", td.String())
 	assert.False(t, td.Daemon.LeftRunning, td.String())
-	select {
-	case <-s.daemon.Done():
-	case <-time.After(time.Second):
-		t.Error("the daemon still runs after the step")
+	if td.Daemon.Killed {
+		// A SIGKILLed process always exits: its reaping is the event to wait for, however
+		// long a loaded machine takes to schedule it, and the step's kill is what ended it.
+		<-s.daemon.Done()
+		assert.True(t, s.daemon.Signaled(syscall.SIGKILL), "the step's SIGKILL ended the daemon: %s", s.daemon.State())
 	}
 }
 
