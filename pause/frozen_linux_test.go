@@ -125,3 +125,105 @@ func (p runningPrompt) Preserve(ctx context.Context) error {
 	p.running.Done()
 	return p.prompt.Preserve(ctx)
 }
+
+// frozenSlackChild names, in the environment of a test binary run again,
+// the Run it makes: one whose process freezes itself inside the slack its
+// wait gives the preserves past the hard deadline.
+const frozenSlackChild = "DRAINKIT_PAUSE_FROZEN_SLACK_CHILD"
+
+// slackWrapUp is how long the child's Preserves take to return once their
+// process runs again, frozen as their contexts ended: inside ReturnSlack
+// (20 ms) of the time the process ran, Preserves that heed their context.
+const slackWrapUp = 5 * time.Millisecond
+
+// Fault: the Run gave up on its preserves ReturnSlack after it saw their
+// contexts end, counted in wall time: a process frozen inside that slack
+// (a container at its CPU quota, a loaded node) while its Preserves
+// returned ran again with the Run's wait due to give up and their returns
+// due too, and the wait could give up first: Preserves that returned in
+// time named "Preserve ignored its context past the deadline; abandoned",
+// a hang (Entry.Abandoned). The slack is now waited in two halves, the
+// second from when the Run, awake past the first, has seen it end. The
+// child freezes itself (SIGSTOP) as the first Preserve sees its context
+// end, so the freeze falls at the slack's start however loaded the machine.
+//
+//	0        the child starts 16 preserves that return 5 ms after they see their context end
+//	1 s      the hard deadline: their contexts end, the first to see it freezes the process
+//	+300 ms  the test lets it run (SIGCONT): its Report, 16 timed out, none abandoned
+func TestPreservesReturningAsTheirProcessIsFrozenInTheSlackAreNotAbandoned(t *testing.T) {
+	if os.Getenv(frozenSlackChild) != "" {
+		runFrozenSlackChild(t)
+		return
+	}
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), frozenSlackChild+"=1")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { // a child left frozen by a failure before SIGCONT
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+	})
+	var ws syscall.WaitStatus
+	_, err = syscall.Wait4(cmd.Process.Pid, &ws, syscall.WUNTRACED, nil)
+	require.NoError(t, err)
+	require.True(t, ws.Stopped(), "the child froze itself: %v", ws)
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	var rep pause.Report
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		if j, ok := strings.CutPrefix(lines.Text(), "report "); ok {
+			require.NoError(t, json.Unmarshal([]byte(j), &rep))
+		}
+	}
+	require.NoError(t, cmd.Wait())
+	require.Len(t, rep.Entries, frozenPreserves)
+	abandoned := 0
+	for _, e := range rep.Entries {
+		assert.Equal(t, pause.TimedOut, e.Outcome, e.ID)
+		if e.Abandoned() {
+			abandoned++
+		}
+	}
+	assert.Zero(t, abandoned, "of %d Preserves returning %v after their process ran again, abandoned", frozenPreserves, slackWrapUp)
+}
+
+// runFrozenSlackChild is the child's Run: 16 preserves that freeze the
+// process as the first sees its context end and return slackWrapUp after
+// it runs again, a hard deadline 1 s away; then the Report.
+func runFrozenSlackChild(t *testing.T) {
+	var freeze sync.Once
+	var sbs []pause.Sandbox
+	for i := range frozenPreserves {
+		sbs = append(sbs, wrapsUp{prompt{fmt.Sprint("wraps-up-", i)}, &freeze})
+	}
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }), pause.Config{Limit: frozenPreserves})
+	require.NoError(t, err)
+	hard := time.Now().Add(time.Second)
+	ctx, cancel := context.WithDeadline(t.Context(), hard.Add(-500*time.Millisecond))
+	defer cancel()
+	rep := p.Run(ctx, hard)
+	j, err := json.Marshal(rep)
+	require.NoError(t, err)
+	fmt.Printf("report %s\n", j)
+}
+
+// wrapsUp is a prompt whose Preserve, once its context ends, freezes its
+// process if none of the others did (the process's threads stop as the
+// kill returns), and returns slackWrapUp after it runs again, as one that
+// heeds its context but has to finish a write.
+type wrapsUp struct {
+	prompt
+	freeze *sync.Once
+}
+
+func (w wrapsUp) Preserve(ctx context.Context) error {
+	err := w.prompt.Preserve(ctx)
+	w.freeze.Do(func() { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) })
+	time.Sleep(slackWrapUp)
+	return err
+}

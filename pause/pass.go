@@ -282,30 +282,36 @@ func (r *run) worker(ps *pass) {
 	r.sem.Release(1)
 }
 
-// await waits until the queue is closed and every started preserve of the
-// pass is settled, or until returnSlack after the preserves' contexts
-// ended at the hard deadline: a Preserve that returns as soon as its
-// context ends is settled with its own error, not abandoned. The slack
-// runs from when this goroutine, awake past the hard deadline, has seen
-// the contexts end, not from the deadline: a process frozen across it (a
-// container at its CPU quota, a loaded node's scheduler) runs again with
-// the contexts' end and this wait's both due, the context package's
-// timer (a goroutine of its own) not run yet, nor the goroutines it
-// wakes, and a wait that gave up then named Preserves that return as
-// their context ends as ones that ignored it (docs/faults.md row 2680).
-// Blocked for the slack, this goroutine's thread runs the goroutines
-// that were woken. The hard deadline is read again when Tighten moves it,
-// so that a Preserve ignoring its context holds the Run no longer than
-// the deadline it was tightened to. One tightened to a time already past
-// ended the contexts when it was read (Tighten's cut fires at once): the
-// slack runs from then. A wake that moved neither (see run.wake) leaves
-// the timer as it is.
+// await waits until the queue is closed and every started preserve of
+// the pass is settled, or until returnSlack after the preserves'
+// contexts ended at the hard deadline: a Preserve that returns as soon
+// as its context ends is settled with its own error, not abandoned. The
+// slack runs from when this goroutine, awake past the hard deadline, has
+// seen the contexts end, not from the deadline: a process frozen across
+// it (a container at its CPU quota, a loaded node's scheduler) runs
+// again with the contexts' end and this wait's both due, the context
+// package's timer (a goroutine of its own) not run yet, nor the
+// goroutines it wakes, and a wait that gave up then named Preserves that
+// return as their context ends as ones that ignored it (docs/faults.md
+// row 2680). Blocked for the slack, this goroutine's thread runs the
+// goroutines that were woken. The slack itself is waited in two halves,
+// the second from when this goroutine, awake past the first, has seen it
+// end (as internal/bounded.Call waits drain's): a process frozen inside
+// it, while Preserves that heed their context returned, ran again with
+// their returns and this wait's end both due, and a wait that gave up
+// then named them abandoned (docs/faults.md row 2940). With the process
+// running, the total is returnSlack. The hard deadline is read again
+// when Tighten moves it, so that a Preserve ignoring its context holds
+// the Run no longer than the deadline it was tightened to. One tightened
+// to a time already past ended the contexts when it was read (Tighten's
+// cut fires at once): the slack runs from then. A wake that moved
+// neither (see run.wake) leaves the timer as it is.
 func (r *run) await(ps *pass) {
 	var timer *time.Timer
 	var timerC <-chan time.Time
 	var ended <-chan struct{} // the contexts' end, once the hard deadline passed
 	var armed time.Time       // the hard deadline timer is armed for
-	slack := false            // the timer runs the slack: the contexts ended
+	halvesLeft := 0           // of the slack, the timer runs: the contexts ended
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -317,18 +323,23 @@ func (r *run) await(ps *pass) {
 				timer.Stop()
 			}
 			timer = time.NewTimer(max(time.Until(until), 0))
-			timerC, armed, ended, slack = timer.C, until, nil, false
+			timerC, armed, ended, halvesLeft = timer.C, until, nil, 0
 		}
 		select {
 		case <-r.wake:
 		case <-ended:
-			timer.Reset(returnSlack) // fired, and read: no stale tick
-			timerC, ended, slack = timer.C, nil, true
+			timer.Reset(returnSlack / 2) // fired, and read: no stale tick
+			timerC, ended, halvesLeft = timer.C, nil, 2
 		case <-timerC:
-			if slack {
+			switch halvesLeft {
+			case 0:
+				timerC, ended = nil, r.work.Done()
+			case 1:
 				return
+			default:
+				timer.Reset(returnSlack - returnSlack/2) // fired, and read: no stale tick
+				halvesLeft = 1
 			}
-			timerC, ended = nil, r.work.Done()
 		}
 	}
 }
