@@ -14,14 +14,14 @@ import (
 // scenariosAtOnce is go test's -parallel for this package unless the
 // command gives one. Every parallel test here is one scenario of a group
 // on one Node, each its own pod, as a drain deletes a node's pods
-// together: the suite's five deletions and the real API server's five
+// together: the suite's six deletions and the real API server's five
 // shorter deletions, which run at once, and the gVisor-runtime timings,
 // which take two at a time of their own (their sentries' CPU). The
 // scenarios wait on the kubelet's timers, not on the CPU, but go test's
 // default -parallel, GOMAXPROCS (2 on CI's machine), ran each group two
 // at a time: the shorter deletions took 47 s where at once they take 24 s,
 // the suite's deletions 29 s against 17-20 s. More than the widest group,
-// so that a sixth scenario still runs beside the others.
+// so that one more scenario still runs beside the others.
 const scenariosAtOnce = 8
 
 func TestMain(m *testing.M) {

@@ -85,7 +85,7 @@ func TestRealKubeletSandboxd(t *testing.T) {
 	kubelet := Require(t)
 	node := StartConfig(t, kubelet, WithNodeShutdown(sandboxdNodeShutdownSlice), BuildImage(t, allBinaries...))
 
-	// The five deletions run at once, each its own static pod, as a drain
+	// The six deletions run at once, each its own static pod, as a drain
 	// deletes a node's pods together (one after another they took 40 s of
 	// the 20-minute CI; two at a time, go test's default -parallel on 2
 	// cores, 29 s; at once 17-20 s: main_test.go); the node shutdowns below,
@@ -181,6 +181,10 @@ func TestRealKubeletSandboxd(t *testing.T) {
 			failed := node.KubeletLog("PreStop hook failed", "lifecycle hook for Container in Pod failed")
 			t.Logf("the kubelet's log:\n%s", strings.Join(failed, "\n"))
 			assert.NotEmpty(t, failed, "the kubelet saw the hook fail")
+		})
+		t.Run("preStop sleep 3 s of a grace of 6 s: SIGTERM at T0 + 3 s, SIGKILL 3 s after it", func(t *testing.T) {
+			t.Parallel()
+			preStopSleepDeletion(t, node)
 		})
 		t.Run("grace too short for the work", func(t *testing.T) {
 			t.Parallel()
@@ -526,4 +530,103 @@ func terminationMessage(t *testing.T, node *Node, name string) string {
 	}
 	t.Fatalf("no termination message of container %s among %q", name, files)
 	return ""
+}
+
+// preStopSleepDeletion is a drain.NewServer (podbin server) behind the
+// kubelet's own preStop sleep hook: grace 6 s, lifecycle.preStop.sleep 3 s,
+// DRAINKIT_PRESTOP_SLEEP=3. The server never sees the hook:
+//
+//	0 (the kubelet's "SyncLoop REMOVE" of the manifest, T0) ... sleep 3 s
+//	... "Killing container with a grace period" gracePeriod=3, SIGTERM at
+//	T0 + 3 s ... 2 preserves of 100 ms ... exit ... SIGKILL due
+//	max(6 s - 3 s, 2 s) = 3 s after SIGTERM
+//
+// The budget, anchored by SIGTERM, must put SIGKILL where the kubelet does
+// (row 2820 checked that only against the kubelet's source and
+// kubeletsim), and kubeletsim's arithmetic must give the kubelet's figure.
+func preStopSleepDeletion(t *testing.T, node *Node) {
+	const grace, sleep, sandboxes = 6, 3, 2
+	const name = "prestop-sleep"
+	state := filepath.Join(node.Dir, "state-"+name)
+	listen := freeAddr(t)
+	pod := Pod(name, grace, state, SleepHook(sleep), "/podbin", "server", "-listen", listen,
+		"-sandboxes", strconv.Itoa(sandboxes), "-pause", "100ms", "-report", StateMount+"/report.json")
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{
+		{Name: drain.EnvGrace, Value: strconv.Itoa(grace)},
+		{Name: drain.EnvPreStopSleep, Value: strconv.Itoa(sleep)},
+		// Not the default 127.0.0.1:8082: the other pods share the node's network.
+		{Name: drain.EnvHookListen, Value: freeAddr(t)},
+	}
+	node.AddPod(t, pod)
+	w, err := WatchProcess(WaitProcess(t, "-listen "+listen, 2*time.Minute))
+	require.NoError(t, err)
+	started := time.Now()
+	waitHTTP(t, "http://"+listen+"/readyz", node, name)
+	time.Sleep(time.Until(started.Add(settle))) // not timing logic: see settle
+	node.DeletePod(t, name)
+	died, err := w.Wait(time.Minute)
+	require.NoError(t, err, "pod log:\n%s", node.PodLog(name))
+
+	rep := readJSON[drain.Report](t, filepath.Join(state, "report.json"), node, name)
+	stop := kubeletStopOf(t, node, name)
+	kill := stop.sigterm.Add(stop.grace) // StopContainer's timeout: containerd's SIGKILL
+	sigterm := rep.Budget.SIGTERM
+	t.Logf("from the kubelet's T0: its SIGTERM +%v (the server's +%v), exit +%v, its SIGKILL due +%v (the budget's +%v); %v",
+		rel(stop.sigterm, stop.t0), rel(sigterm, stop.t0), rel(died, stop.t0), rel(kill, stop.t0), rel(rep.Budget.Kill, stop.t0), rep.Preserve.Counts)
+	// The sleep is whole seconds; SIGTERM follows it by the kubelet's CRI
+	// calls, which load delays.
+	assert.InDelta(t, float64(sleep), stop.sigterm.Sub(stop.t0).Seconds(), 0.5, "the kubelet's SIGTERM at T0 + the sleep")
+	assert.InDelta(t, 0, sigterm.Sub(stop.sigterm).Seconds(), 0.5, "the server saw SIGTERM when the kubelet sent it")
+	assert.Equal(t, time.Duration(max(grace-sleep, 2))*time.Second, stop.grace, "the kubelet's SIGKILL max(grace - sleep, 2 s) after SIGTERM")
+	assert.Equal(t, stop.grace, kubeletsim.Remaining(grace*time.Second, stop.sigterm.Sub(stop.t0)), "kubeletsim's sleep hook leaves what the kubelet does")
+	assert.Equal(t, stop.grace, rep.Budget.Kill.Sub(sigterm), "the budget's SIGKILL is the kubelet's, from SIGTERM")
+	assert.True(t, died.Before(kill), "exit before the kubelet's SIGKILL")
+	require.NotNil(t, rep.Preserve)
+	assert.Equal(t, sandboxes, rep.Preserve.Counts[pause.Preserved])
+	assert.Zero(t, rep.Lost())
+}
+
+// A kubeletStop is the kubelet's stop of a static pod's container, from its
+// log: its T0 (the manifest's removal), its SIGTERM (the "Killing container
+// with a grace period" line, at --v 2, which it logs after the preStop hook
+// and right before StopContainer) and the grace it gives StopContainer
+// before SIGKILL.
+type kubeletStop struct {
+	t0, sigterm time.Time
+	grace       time.Duration
+}
+
+// kubeletStopOf reads pod name's kubeletStop from the kubelet's log.
+func kubeletStopOf(t *testing.T, node *Node, name string) kubeletStop {
+	t.Helper()
+	var s kubeletStop
+	for _, line := range node.KubeletLog("SyncLoop REMOVE", "Killing container with a grace period") {
+		if !strings.Contains(line, `"default/`+name+`-`) { // the mirror pod's name: NAME-NODE
+			continue
+		}
+		t.Logf("kubelet: %s", line)
+		at := klogTime(t, line)
+		if strings.Contains(line, "SyncLoop REMOVE") {
+			s.t0 = at
+			continue
+		}
+		_, v, ok := strings.Cut(line, "gracePeriod=")
+		require.True(t, ok, "%s", line)
+		g, err := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		require.NoError(t, err, "%s", line)
+		s.sigterm, s.grace = at, time.Duration(g)*time.Second
+	}
+	require.False(t, s.t0.IsZero() || s.sigterm.IsZero(), "no removal and stop of %s in the kubelet's log", name)
+	return s
+}
+
+// klogTime is when the klog line was written: "I1207 11:40:00.123456 ...",
+// local time without the year.
+func klogTime(t *testing.T, line string) time.Time {
+	t.Helper()
+	f := strings.Fields(line)
+	require.GreaterOrEqual(t, len(f), 2, "%s", line)
+	at, err := time.ParseInLocation("0102 15:04:05.000000", f[0][1:]+" "+f[1], time.Local)
+	require.NoError(t, err, "%s", line)
+	return at.AddDate(time.Now().Year(), 0, 0)
 }
