@@ -14,7 +14,7 @@ import (
 // scenariosAtOnce is go test's -parallel for this package unless the
 // command gives one. Every parallel test here is one scenario of a group
 // on one Node, each its own pod, as a drain deletes a node's pods
-// together: the suite's six deletions and the real API server's five
+// together: the suite's seven deletions and the real API server's five
 // shorter deletions, which run at once, and the gVisor-runtime timings,
 // which take two at a time of their own (their sentries' CPU). The
 // scenarios wait on the kubelet's timers, not on the CPU, but go test's

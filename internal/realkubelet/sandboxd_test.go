@@ -85,7 +85,7 @@ func TestRealKubeletSandboxd(t *testing.T) {
 	kubelet := Require(t)
 	node := StartConfig(t, kubelet, WithNodeShutdown(sandboxdNodeShutdownSlice), BuildImage(t, allBinaries...))
 
-	// The six deletions run at once, each its own static pod, as a drain
+	// The seven deletions run at once, each its own static pod, as a drain
 	// deletes a node's pods together (one after another they took 40 s of
 	// the 20-minute CI; two at a time, go test's default -parallel on 2
 	// cores, 29 s; at once 17-20 s: main_test.go); the node shutdowns below,
