@@ -38,10 +38,16 @@ func OpenControl() (*Control, error) {
 }
 
 // State returns device id's state (GET_DEV_INFO), StateGone when the
-// driver does not know the id.
+// driver does not know the id, or when the command, sent again naming the
+// device's /dev/ublkcN (an unprivileged device's, which takes no command
+// without it), found no such node: the node goes when DEL_DEV removes the
+// device, which stops its disk first, so a DEL_DEV between the two sends
+// (a teardown deleting the device as its daemon exits) left neither. On
+// the guest's devtmpfs, where this runs, the node is there while the
+// device is; in a container without the host's /dev it would not be.
 func (c *Control) State(ctx context.Context, id int) (DeviceState, error) {
 	info, err := c.c.devInfo(ctx, uint32(id))
-	if errors.Is(err, unix.ENODEV) {
+	if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOENT) {
 		return StateGone, nil
 	}
 	if err != nil {
