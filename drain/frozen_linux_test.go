@@ -1,16 +1,12 @@
 package drain
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"strconv"
-	"strings"
+	"slices"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/proc/proctest"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -53,39 +50,16 @@ func TestPreservePhaseOfAProcessFrozenAcrossTheHardDeadlineIsNotAbandoned(t *tes
 		runFrozenDrainChild(t)
 		return
 	}
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), frozenDrainChild+"=1")
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { // a child left frozen by a failure before SIGCONT
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-	})
-	lines := bufio.NewScanner(out)
-	require.True(t, lines.Scan(), "the child's hard deadline")
-	ns, err := strconv.ParseInt(strings.TrimPrefix(lines.Text(), "hard "), 10, 64)
-	require.NoError(t, err, lines.Text())
-	hard := time.Unix(0, ns)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	child := proctest.Again(t, frozenDrainChild)
+	hard := child.Time(t, "hard")
+	child.Freeze(t)
 	stopped := time.Now()
 	time.Sleep(time.Until(hard.Add(frozenFor)))
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	child.Thaw(t)
 	require.True(t, stopped.Before(hard), "the child frozen before its hard deadline: %v after", stopped.Sub(hard))
 	var p PhaseReport
 	var rep pause.Report
-	for lines.Scan() {
-		if j, ok := strings.CutPrefix(lines.Text(), "phase "); ok {
-			require.NoError(t, json.Unmarshal([]byte(j), &p))
-		}
-		if j, ok := strings.CutPrefix(lines.Text(), "report "); ok {
-			require.NoError(t, json.Unmarshal([]byte(j), &rep))
-		}
-	}
-	require.NoError(t, cmd.Wait())
+	child.Decode(t, map[string]any{"phase": &p, "report": &rep})
 	assert.NotEqual(t, Abandoned, p.Result, "the Preserver returned as its preserves' contexts ended: %s", p.Error)
 	require.Len(t, rep.Entries, frozenDrainPreserves, "the Preserver's Report is the drain's")
 	for _, e := range rep.Entries {
@@ -169,36 +143,14 @@ func TestPreserverReturningAsItsProcessIsFrozenIsNotAbandoned(t *testing.T) {
 		runFrozenReturnChild(t)
 		return
 	}
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), frozenReturnChild+"=1")
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { // a child left frozen by a failure before SIGCONT
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-	})
-	lines := bufio.NewScanner(out)
-	require.True(t, lines.Scan(), "the child's hard deadline")
-	ns, err := strconv.ParseInt(strings.TrimPrefix(lines.Text(), "hard "), 10, 64)
-	require.NoError(t, err, lines.Text())
-	hard := time.Unix(0, ns)
+	child := proctest.Again(t, frozenReturnChild)
+	hard := child.Time(t, "hard")
 	time.Sleep(time.Until(hard.Add(wrapUp / 2)))
-	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	child.Freeze(t)
 	time.Sleep(300 * time.Millisecond)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	child.Thaw(t)
 	var p PhaseReport
-	preserved := false
-	for lines.Scan() {
-		if j, ok := strings.CutPrefix(lines.Text(), "phase "); ok {
-			require.NoError(t, json.Unmarshal([]byte(j), &p))
-		}
-		preserved = preserved || lines.Text() == "report"
-	}
-	require.NoError(t, cmd.Wait())
+	preserved := slices.Contains(child.Decode(t, map[string]any{"phase": &p}), "report")
 	assert.NotEqual(t, Abandoned, p.Result, "the Preserver returned %v after the hard deadline: %s", wrapUp, p.Error)
 	assert.True(t, preserved, "the Preserver's Report is the drain's")
 }
@@ -255,33 +207,13 @@ func TestStepReturningAsItsProcessIsFrozenIsNotAbandoned(t *testing.T) {
 		runFrozenStepChild(t)
 		return
 	}
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), frozenStepChild+"=1")
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { // a child left frozen by a failure before SIGCONT
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-	})
-	lines := bufio.NewScanner(out)
-	require.True(t, lines.Scan(), "the step's deadline")
-	ns, err := strconv.ParseInt(strings.TrimPrefix(lines.Text(), "deadline "), 10, 64)
-	require.NoError(t, err, lines.Text())
-	time.Sleep(time.Until(time.Unix(0, ns).Add(20 * time.Millisecond)))
-	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	child := proctest.Again(t, frozenStepChild)
+	time.Sleep(time.Until(child.Time(t, "deadline").Add(20 * time.Millisecond)))
+	child.Freeze(t)
 	time.Sleep(300 * time.Millisecond)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	child.Thaw(t)
 	var p PhaseReport
-	for lines.Scan() {
-		if j, ok := strings.CutPrefix(lines.Text(), "phase "); ok {
-			require.NoError(t, json.Unmarshal([]byte(j), &p))
-		}
-	}
-	require.NoError(t, cmd.Wait())
+	child.Decode(t, map[string]any{"phase": &p})
 	assert.Equal(t, TimedOut, p.Result, "the step returned 50 ms after its deadline: %s", p.Error)
 	assert.Contains(t, p.Error, "grpc's Stop returned")
 }

@@ -1,16 +1,12 @@
 package drain
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +15,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/internal/proc/proctest"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -47,32 +44,14 @@ func TestPreStopWaitOfAProcessFrozenAsShutdownStopsItIsStopped(t *testing.T) {
 		runFrozenStopChild(t)
 		return
 	}
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), frozenStopChild+"=1")
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { // a child left frozen by a failure before SIGCONT
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-	})
-	lines := bufio.NewScanner(out)
-	require.True(t, lines.Scan(), "the child's Shutdown")
-	require.Equal(t, "shutdown", lines.Text())
+	child := proctest.Again(t, frozenStopChild)
+	require.Equal(t, "shutdown", child.Line(t, "its Shutdown"))
 	time.Sleep(30 * time.Millisecond)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	child.Freeze(t)
 	time.Sleep(300 * time.Millisecond)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	child.Thaw(t)
 	var p PhaseReport
-	for lines.Scan() {
-		if j, ok := strings.CutPrefix(lines.Text(), "phase "); ok {
-			require.NoError(t, json.Unmarshal([]byte(j), &p))
-		}
-	}
-	require.NoError(t, cmd.Wait())
+	child.Decode(t, map[string]any{"phase": &p})
 	assert.Equal(t, Stopped, p.Result, "the wait was stopped by SIGTERM, not still waiting: %q", p.Error)
 	assert.Equal(t, reasonSIGTERM, p.Error)
 	assert.False(t, p.End.IsZero(), "the wait ended")

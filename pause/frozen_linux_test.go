@@ -1,14 +1,10 @@
 package pause_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/proc/proctest"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -53,35 +50,15 @@ func TestPreservesOfAProcessFrozenAcrossTheHardDeadlineAreNotAbandoned(t *testin
 		runFrozenChild(t)
 		return
 	}
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), frozenChild+"=1")
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { // a child left frozen by a failure before SIGCONT
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-	})
-	lines := bufio.NewScanner(out)
-	require.True(t, lines.Scan(), "the child's hard deadline")
-	ns, err := strconv.ParseInt(strings.TrimPrefix(lines.Text(), "hard "), 10, 64)
-	require.NoError(t, err, lines.Text())
-	hard := time.Unix(0, ns)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	child := proctest.Again(t, frozenChild)
+	hard := child.Time(t, "hard")
+	child.Freeze(t)
 	stopped := time.Now()
 	time.Sleep(time.Until(hard.Add(100 * time.Millisecond)))
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	child.Thaw(t)
 	require.True(t, stopped.Before(hard), "the child frozen before its hard deadline: %v after", stopped.Sub(hard))
 	var rep pause.Report
-	for lines.Scan() {
-		if j, ok := strings.CutPrefix(lines.Text(), "report "); ok {
-			require.NoError(t, json.Unmarshal([]byte(j), &rep))
-		}
-	}
-	require.NoError(t, cmd.Wait())
+	child.Decode(t, map[string]any{"report": &rep})
 	require.Len(t, rep.Entries, frozenPreserves)
 	for _, e := range rep.Entries {
 		assert.Equal(t, pause.TimedOut, e.Outcome, e.ID)
@@ -155,32 +132,12 @@ func TestPreservesReturningAsTheirProcessIsFrozenInTheSlackAreNotAbandoned(t *te
 		runFrozenSlackChild(t)
 		return
 	}
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), frozenSlackChild+"=1")
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { // a child left frozen by a failure before SIGCONT
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-	})
-	var ws syscall.WaitStatus
-	_, err = syscall.Wait4(cmd.Process.Pid, &ws, syscall.WUNTRACED, nil)
-	require.NoError(t, err)
-	require.True(t, ws.Stopped(), "the child froze itself: %v", ws)
+	child := proctest.Again(t, frozenSlackChild)
+	child.AwaitStop(t)
 	time.Sleep(300 * time.Millisecond)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	child.Thaw(t)
 	var rep pause.Report
-	lines := bufio.NewScanner(out)
-	for lines.Scan() {
-		if j, ok := strings.CutPrefix(lines.Text(), "report "); ok {
-			require.NoError(t, json.Unmarshal([]byte(j), &rep))
-		}
-	}
-	require.NoError(t, cmd.Wait())
+	child.Decode(t, map[string]any{"report": &rep})
 	require.Len(t, rep.Entries, frozenPreserves)
 	abandoned := 0
 	for _, e := range rep.Entries {

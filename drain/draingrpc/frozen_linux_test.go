@@ -1,14 +1,11 @@
 package draingrpc
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +17,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/proc/proctest"
 )
 
 // frozenStopChild names, in the environment of this test binary run
@@ -55,32 +53,12 @@ func TestAStopReturningAsItsProcessIsFrozenIsNotHeld(t *testing.T) {
 		runFrozenStopChild(t)
 		return
 	}
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), frozenStopChild+"=1")
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { // a child left frozen by a failure before SIGCONT
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-	})
-	var ws syscall.WaitStatus
-	_, err = syscall.Wait4(cmd.Process.Pid, &ws, syscall.WUNTRACED, nil)
-	require.NoError(t, err)
-	require.True(t, ws.Stopped(), "the child froze itself: %v", ws)
+	child := proctest.Again(t, frozenStopChild)
+	child.AwaitStop(t)
 	time.Sleep(300 * time.Millisecond)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	child.Thaw(t)
 	var res struct{ Detail, Err string }
-	lines := bufio.NewScanner(out)
-	for lines.Scan() {
-		if j, ok := strings.CutPrefix(lines.Text(), "step "); ok {
-			require.NoError(t, json.Unmarshal([]byte(j), &res))
-		}
-	}
-	require.NoError(t, cmd.Wait())
+	child.Decode(t, map[string]any{"step": &res})
 	assert.NotContains(t, res.Detail, heldStop, "grpc's Stop returned %v after the process ran again", handlerWrapUp)
 	assert.Contains(t, res.Err, "RPCs still running at the deadline", "Stop cut the RPC")
 }
