@@ -21,6 +21,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/bounded"
 	"github.com/drainkit/drainkit/internal/gatevia"
 )
 
@@ -446,7 +447,8 @@ func Stop(ctx context.Context, s Server, g *drain.Gate) error {
 }
 
 // stopReturn is how long Stop waits for grpc's Stop after its deadline,
-// of the time the process ran (see returnsInTime).
+// of the time the process ran (bounded.Within: a process frozen inside
+// it does not take a Stop that returned in time for held, row 2941).
 // Closing connections takes microseconds; what takes longer is a wait
 // Stop must not make: for a connection still in its handshake, until
 // grpc.ConnectionTimeout (120 s unless set), which got the step abandoned
@@ -502,7 +504,8 @@ func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (
 		defer close(stopped)
 		s.Stop()
 	}()
-	n.held = !returnsInTime(stopped)
+	_, returned := bounded.Within(stopped, stopReturn)
+	n.held = !returned
 	none, byTables := idle(n.held)
 	n.byTables = byTables
 	switch {
@@ -512,32 +515,6 @@ func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (
 		return n, errors.New("RPCs reached their handlers as the step's reserve after the last one ran out; stopped them")
 	}
 	return n, ctx.Err()
-}
-
-// returnsInTime reports whether grpc's Stop returned (stopped closed)
-// within stopReturn. The wait is made of two halves, the second from when
-// this goroutine, awake past the first, has seen it end: a process frozen
-// inside it (a container at its CPU quota, a loaded node's scheduler)
-// while grpc's Stop returned ran again with the wait's end and Stop's
-// return both due, and a wait that ended first said Stop was held
-// (docs/faults.md row 2941). Blocked for the second half, this
-// goroutine's thread runs Stop's. With the process running, the total is
-// stopReturn.
-func returnsInTime(stopped <-chan struct{}) bool {
-	t := time.NewTimer(stopReturn / 2)
-	defer t.Stop()
-	select {
-	case <-stopped:
-		return true
-	case <-t.C:
-	}
-	t.Reset(stopReturn - stopReturn/2) // fired, and read: no stale tick
-	select {
-	case <-stopped:
-		return true
-	case <-t.C:
-		return false
-	}
 }
 
 // heldStop is a Step's detail when grpc's Stop had not returned shortly

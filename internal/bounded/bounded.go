@@ -36,21 +36,7 @@ func Call[T any](ctx context.Context, slack time.Duration, fn func(context.Conte
 		return o.v, o.err
 	case <-ctx.Done():
 	}
-	// The slack is waited in two halves, the second from when this
-	// goroutine, awake past the first, has seen it end: a process frozen
-	// inside the slack (a container at its CPU quota, a loaded node's
-	// scheduler) runs again with this wait and fn's return both due, and
-	// a wait that gave up then abandoned a call that returned in time as
-	// one that ignored its context (docs/faults.md row 2861). Blocked for
-	// the second half, this goroutine's thread runs fn's. The total, with
-	// the process running, is slack.
-	t := time.NewTimer(slack / 2)
-	defer t.Stop()
-	if o, ok := returned(res, t.C); ok {
-		return o.v, o.err
-	}
-	t.Reset(slack - slack/2) // fired, and read: no stale tick
-	if o, ok := returned(res, t.C); ok {
+	if o, ok := Within(res, slack); ok {
 		return o.v, o.err
 	}
 	var zero T
@@ -63,14 +49,34 @@ type outcome[T any] struct {
 	err error
 }
 
-// returned waits for res until end fires: what the call returned, and
-// true, or false when end fired first.
-func returned[T any](res <-chan outcome[T], end <-chan time.Time) (outcome[T], bool) {
+// Within receives from c, or reports false when nothing came within slack.
+// The slack is waited in two halves, the second from when this goroutine,
+// awake past the first, has seen it end: a process frozen inside the slack
+// (a container at its CPU quota, a loaded node's scheduler) runs again with
+// this wait and the send it waits for both due, and a wait that gave up
+// then abandoned a call that returned in time as one that ignored its
+// context (docs/faults.md rows 2861, 2941). Blocked for the second half,
+// this goroutine's thread runs the sender's. The total, with the process
+// running, is slack. A value that is ready wins over giving up.
+func Within[T any](c <-chan T, slack time.Duration) (T, bool) {
+	t := time.NewTimer(slack / 2)
+	defer t.Stop()
+	if v, ok := received(c, t.C); ok {
+		return v, true
+	}
+	t.Reset(slack - slack/2) // fired, and read: no stale tick
+	return received(c, t.C)
+}
+
+// received waits for c until end fires: what came, and true, or false
+// when end fired first.
+func received[T any](c <-chan T, end <-chan time.Time) (T, bool) {
 	select {
-	case o := <-res:
-		return o, true
+	case v := <-c:
+		return v, true
 	case <-end:
-		return outcome[T]{}, false
+		var zero T
+		return zero, false
 	}
 }
 
