@@ -439,6 +439,13 @@ type Server interface {
 // ConnectionTimeout shorter than the step's reserve and GracefulStop ends
 // by itself.
 //
+// The first Stop of a *grpc.Server in a process learns where grpc names
+// an RPC's server from an RPC of its own, "/drainkit.draingrpc.Probe/LearnServerKey",
+// served in process by a grpc.Server of its own, which runs no
+// interceptor: grpc logs that server at INFO ("Server created"), and a
+// process-wide stats handler (grpc's observability packages) counts
+// that RPC.
+//
 // A nil s (or a nil *grpc.Server in it) is not called: Stop returns an
 // error saying so.
 func Stop(ctx context.Context, s Server, g *drain.Gate) error {
@@ -525,7 +532,7 @@ const heldStop = "grpc's Stop did not return after the deadline, left running: a
 // said the RPCs still running were another server's: an address is a
 // weaker sign than the *grpc.Server grpc names in each RPC's context, and
 // the Report says what the step's nil rests on.
-const tablesTold = "the RPCs still running were told from the server's own by the socket tables (a socket listening on the address each came in on), not by grpc, whose contexts named no *grpc.Server (a Server that is not one, or a grpc-go that no longer names it): " +
+const tablesTold = "the RPCs still running were told from the server's own by the socket tables (a socket listening on the address each came in on), not by grpc, whose contexts named no *grpc.Server (a Server that is not one, a grpc-go that no longer names it, or a process-wide server option, grpc's AddGlobalServerOptions, whose stats handler hid where grpc names it in drainkit's own RPC that learns it): " +
 	"another process's, SO_REUSEPORT group's or network namespace's socket on that address makes an RPC the server's Stop cut read as another server's"
 
 // quietStop is a Step's detail when it called grpc's Stop its reserve

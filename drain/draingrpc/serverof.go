@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // grpcPkg is the import path of grpc-go's package, where its key is
@@ -38,16 +39,27 @@ func serverOf(ctx context.Context) *grpc.Server {
 	return s
 }
 
-// learnServerKey serves one RPC through a grpc.Server of its own, in
+// learnServerKey serves one unary RPC through a grpc.Server of its own, in
 // process (ServeHTTP on a request made here: no socket, no connection),
-// and finds grpc's key in its handler's context. There nothing but
-// grpc's and the standard library's contexts lie between the handler and
-// the key, which findServerKey walks through; an RPC of the user's server
-// may have a context of the user's own type in between (a stats handler's
-// TagRPC runs after grpc names the server, an interceptor ahead of
-// drainkit's), which it cannot walk through, and then no RPC of that
-// server showed the key (row 2660). It returns nil when the handler's
-// context holds no key of grpc's type serverKey.
+// and finds grpc's key in its handler's context. That server has the
+// process's global server options too (grpc-go's AddGlobalServerOptions,
+// through which its observability packages, and a program's own code,
+// give every grpc.NewServer theirs), where an interceptor that refuses
+// what it does not know, an authorization policy's, refused the RPC before
+// its handler ran (row 3100). No server option takes those away, so the
+// RPC is one that runs none of them: grpc-go (v1.85: wrapUnaryHandler)
+// calls a unary method's handler itself and hands it the chain of unary
+// interceptors to call, which this handler does not; stream interceptors
+// never run for a unary method. A global stats handler still runs, and
+// may have put a context of its own type over grpc's (row 3100), which
+// findServerKey walks through. It returns nil when the handler's context
+// holds no key of grpc's type serverKey that names this server.
+//
+// grpc logs the server at INFO ("Server created", and its transport's
+// "Closing") and a global stats handler counts its RPC
+// (probeMethod): grpc has no option that quiets one server's logs (its
+// logger is the process's, grpclog.SetLoggerV2) nor leaves out the
+// global options.
 //
 // What else could tell an RPC's server was read in grpc-go v1.85 and
 // found less exact: the peer's local address is shared by other sockets
@@ -58,11 +70,22 @@ func serverOf(ctx context.Context) *grpc.Server {
 // the service registered say nothing of the server.
 func learnServerKey() any {
 	var key any
-	probe := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
-		key, _ = findServerKey(ss.Context())
-		return nil
-	}))
-	req, err := http.NewRequest(http.MethodPost, "/drainkit.draingrpc.Probe/LearnServerKey", http.NoBody)
+	probe := grpc.NewServer()
+	probe.RegisterService(&grpc.ServiceDesc{
+		ServiceName: probeService,
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: probeMethod,
+			// The interceptors are the caller's to run, and are not run.
+			Handler: func(_ any, ctx context.Context, _ func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				if k, ok := findServerKey(ctx); ok && ctx.Value(k) == probe {
+					key = k
+				}
+				return &emptypb.Empty{}, nil
+			},
+		}},
+	}, struct{}{})
+	req, err := http.NewRequest(http.MethodPost, "/"+probeService+"/"+probeMethod, http.NoBody)
 	if err != nil {
 		return nil
 	}
@@ -73,6 +96,13 @@ func learnServerKey() any {
 	return key
 }
 
+// The service and method of learnServerKey's RPC, as a process-wide stats
+// handler (grpc's OpenTelemetry metrics) names it.
+const (
+	probeService = "drainkit.draingrpc.Probe"
+	probeMethod  = "LearnServerKey"
+)
+
 // probeResponse is the response of learnServerKey's RPC, dropped: an
 // http.ResponseWriter that flushes, as grpc's ServeHTTP needs.
 type probeResponse struct{ header http.Header }
@@ -82,34 +112,66 @@ func (w *probeResponse) Write(b []byte) (int, error) { return len(b), nil }
 func (w *probeResponse) WriteHeader(int)             {}
 func (w *probeResponse) Flush()                      {}
 
-// findServerKey walks ctx's chain of parents, through the field that the
-// standard library's contexts keep their parent in (an embedded Context),
-// for a context.WithValue whose key is of grpc's type serverKey, and
-// returns a key of that type: its zero value, which is the key (an empty
-// struct). A context of another kind in the chain ends the walk.
+// contextType is context.Context's interface type.
+var contextType = reflect.TypeFor[context.Context]()
+
+// maxContexts bounds findServerKey's walk: an RPC's context holds a few
+// dozen.
+const maxContexts = 1000
+
+// findServerKey walks ctx and the contexts it holds, breadth first: each
+// field of its struct (and of the structs it embeds) that holds a
+// context.Context, whatever the field's name and the context's type (the
+// standard library's embedded Context, WithoutCancel's c, the parent a
+// stats handler's own type keeps), for a context.WithValue whose key is
+// of grpc's type serverKey, and returns a key of that type: its zero
+// value, which is the key (an empty struct). It looks at no more than
+// maxContexts contexts, each once.
 func findServerKey(ctx context.Context) (any, bool) {
-	v := reflect.ValueOf(ctx)
-	for {
+	queue := []reflect.Value{reflect.ValueOf(ctx)}
+	seen := make(map[uintptr]bool)
+	for n := 0; len(queue) > 0 && n < maxContexts; n++ {
+		v := queue[0]
+		queue = queue[1:]
 		for v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer {
 			if v.IsNil() {
-				return nil, false
+				break
+			}
+			if v.Kind() == reflect.Pointer {
+				if seen[v.Pointer()] {
+					break
+				}
+				seen[v.Pointer()] = true
 			}
 			v = v.Elem()
 		}
 		if v.Kind() != reflect.Struct {
-			return nil, false
+			continue
 		}
 		if k, ok := field(v, "key"); ok && k.Kind() == reflect.Interface && !k.IsNil() {
 			if t := k.Elem().Type(); t.PkgPath() == grpcPkg && t.Name() == "serverKey" {
 				return reflect.Zero(t).Interface(), true
 			}
 		}
-		parent, ok := field(v, "Context")
-		if !ok {
-			return nil, false
-		}
-		v = parent
+		queue = appendContexts(queue, v)
 	}
+	return nil, false
+}
+
+// appendContexts appends to queue the contexts that struct v's fields
+// hold, those of the structs it embeds included.
+func appendContexts(queue []reflect.Value, v reflect.Value) []reflect.Value {
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch {
+		case f.Kind() == reflect.Struct && v.Type().Field(i).Anonymous:
+			queue = appendContexts(queue, f)
+		case f.Kind() == reflect.Pointer && !f.IsNil() && f.Type().Implements(contextType),
+			f.Kind() == reflect.Interface && !f.IsNil() && f.Elem().Type().Implements(contextType):
+			queue = append(queue, f)
+		}
+	}
+	return queue
 }
 
 // field is struct v's field of that name, promoted ones included, and

@@ -1,0 +1,133 @@
+package draingrpc
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	_ "unsafe" // go:linkname, to grpc's process-wide server options
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/drainkit/drainkit/drain"
+)
+
+// addGlobalServerOptions is grpc-go's internal.AddGlobalServerOptions
+// (a func(...grpc.ServerOption)): options every grpc.NewServer of the
+// process applies before its own, drainkit's private one too. grpc's
+// public ways to add them install grpc's own OpenTelemetry stats handlers
+// and interceptors (stats/opentelemetry/csm's EnableObservability;
+// gcp/observability's are a module of their own); a program's own (an
+// authorization policy, its tracer) reaches the hook as this test does.
+//
+//go:linkname addGlobalServerOptions google.golang.org/grpc/internal.AddGlobalServerOptions
+var addGlobalServerOptions any
+
+// clearGlobalServerOptions is grpc-go's internal.ClearGlobalServerOptions.
+//
+//go:linkname clearGlobalServerOptions google.golang.org/grpc/internal.ClearGlobalServerOptions
+var clearGlobalServerOptions func()
+
+// withGlobalServerOptions gives every grpc.NewServer of the process opts
+// until t ends.
+func withGlobalServerOptions(t *testing.T, opts ...grpc.ServerOption) {
+	t.Helper()
+	add, ok := addGlobalServerOptions.(func(...grpc.ServerOption))
+	require.True(t, ok, "grpc-go's internal.AddGlobalServerOptions is no longer a func(...grpc.ServerOption)")
+	add(opts...)
+	t.Cleanup(clearGlobalServerOptions)
+}
+
+// policy refuses, PermissionDenied, every RPC of a service it does not
+// list, as an authorization policy denies by default: the program lists
+// the services it serves, not drainkit's private one.
+func policy(method string) error {
+	service, _, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	switch service {
+	case "grpc.testing.TestService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection":
+		return nil
+	}
+	return status.Errorf(codes.PermissionDenied, "%s: not in the policy", method)
+}
+
+// policyInterceptors are the interceptors, unary and stream, that enforce
+// policy.
+func policyInterceptors() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := policy(info.FullMethod); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := policy(info.FullMethod); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}),
+	}
+}
+
+// heldStopOfItsOwnStream is row 2580's case, on a server made after
+// the process's global options: a's stream runs, a Stop of a is held in a
+// handshake, and another process listens on a's address once a's listener
+// closed; it returns what that Stop returned.
+func heldStopOfItsOwnStream(t *testing.T) error {
+	t.Helper()
+	g := &drain.Gate{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	a := serveOn(t, g, ln, unchanged, dialing(ln.Addr()))
+	holdWithItsOwnStream(t, a)
+	return stopOnceClosed(t, a, g, func() { listenInAnotherProcess(t, a.addr) })
+}
+
+// Fault (row 3100): a process-wide server option (grpc's
+// AddGlobalServerOptions, which its observability packages use) reached
+// drainkit's private server too, the one that learns grpc's key to an
+// RPC's server from an RPC of its own (row 2660): an authorization policy
+// that refuses the services it does not list refused that RPC before its
+// handler ran, so the key was never learned, every RPC's server was told
+// by the socket tables, and row 2580's fault came back.
+//
+//	every server           the policy's interceptors, unary and stream
+//	a (tcp, 127.0.0.1:P)   a stream runs, a connection in its handshake
+//	Stop(a)                learns the key; GracefulStop closes a's listener
+//	another process        listens on 127.0.0.1:P
+//	the deadline           before: nil; after: a's stream counts as cut
+//
+// It runs in a process of its own: the key is learned once per process,
+// and the option is the process's.
+func TestAHeldStopCountsItsOwnRPCUnderAGlobalPolicyInterceptor(t *testing.T) {
+	if !inAProcessOfItsOwn(t) {
+		return
+	}
+	withGlobalServerOptions(t, policyInterceptors()...)
+
+	err := heldStopOfItsOwnStream(t)
+	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
+}
+
+// Fault (row 3100): the same with a process-wide stats handler whose
+// TagRPC gives each RPC a context of its own type (a tracer's, a
+// logger's): it ran on drainkit's private server's RPC too, over grpc's
+// context, where the learner's walk stopped, and the key was not learned.
+//
+//	every server           a stats handler: a taggedRPC over grpc's context
+//	a (tcp, 127.0.0.1:P)   a stream runs, a connection in its handshake
+//	Stop(a)                learns the key; GracefulStop closes a's listener
+//	another process        listens on 127.0.0.1:P
+//	the deadline           before: nil; after: a's stream counts as cut
+func TestAHeldStopCountsItsOwnRPCUnderAGlobalStatsHandlerOfItsOwnContext(t *testing.T) {
+	if !inAProcessOfItsOwn(t) {
+		return
+	}
+	withGlobalServerOptions(t, grpc.StatsHandler(taggingStats{}))
+
+	err := heldStopOfItsOwnStream(t)
+	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
+}
