@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -12,7 +15,9 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/realpart"
+	"github.com/drainkit/drainkit/internal/runsc"
 )
 
 // Fault (a measurement of real runsc on a read-only image directory): on a read-only
@@ -67,4 +72,38 @@ func drainOnImagesVolume(t *testing.T, flags uintptr, data, what string) (rep *d
 	t.Cleanup(func() { _ = syscall.Unmount(images, syscall.MNT_DETACH) })
 	rep = stop()
 	return rep, d.calls(rep.Start), ids[0]
+}
+
+// Fault (row 3101, a review on a read-only images volume): a sandbox's timeout deletes it
+// (runsc delete -force, then its bundle and image removed), and on a read-only images
+// volume the removal of its image, which a sandbox never checkpointed does not have,
+// failed (EROFS: the kernel refuses any unlink there before it looks the name up), so
+// the delete failed after runsc had deleted the container: the worker listed the sandbox
+// running, its container gone, and tried the delete again at every timeout, a WARN each.
+//
+//	0          Run, timeout 1 s; the images volume goes read-only
+//	+1 s       the timeout: runsc deletes the container; its image: nothing to remove
+//	           before: listed running for ever, its container gone; after: listed no more
+func TestTimeoutDeletesASandboxOnAReadOnlyImagesVolume(t *testing.T) {
+	var logs logbuf.Buffer
+	w, c, _ := serveWorkerWith(t, runscConfig(t), slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	rs := w.rt.(*sandbox.Runsc)
+	r, err := c.Run(context.Background(), &RunRequest{TimeoutS: 1})
+	require.NoError(t, err)
+	images := filepath.Dir(rs.Image(r.ID))
+	require.NoError(t, os.MkdirAll(images, 0o700))
+	if err := syscall.Mount("tmpfs", images, "tmpfs", syscall.MS_RDONLY, "size=1m"); err != nil {
+		realpart.Missing(t, "skipping: mounting a read-only images volume needs root: "+err.Error())
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(images, syscall.MNT_DETACH) })
+
+	assert.Eventually(t, func() bool {
+		_, err := rs.Runtime.State(context.Background(), r.ID)
+		return errors.Is(err, runsc.ErrNotExist)
+	}, 30*time.Second, 50*time.Millisecond, "the timeout did not delete the container")
+	assert.Eventually(t, func() bool {
+		list, err := c.List(context.Background())
+		return err == nil && len(list.Sandboxes) == 0
+	}, 10*time.Second, 50*time.Millisecond, "the deleted sandbox is still listed: %+v", w.node.List())
+	assert.NotContains(t, logs.String(), "delete failed")
 }

@@ -807,11 +807,23 @@ func (r *Runsc) Resume(ctx context.Context, id, image string) error {
 	return r.Runtime.Restore(ctx, id, r.Bundle(id), image, r.log(id))
 }
 
-// Destroy force-deletes the container and removes its bundle and image.
+// Destroy force-deletes the container and removes its bundle and image, those it has.
 func (r *Runsc) Destroy(ctx context.Context, id string) error {
 	if err := r.Runtime.Delete(ctx, id, true); err != nil && !errors.Is(err, runsc.ErrNotExist) {
 		return err
 	}
 	r.forgetFailure(id)
-	return errors.Join(os.RemoveAll(r.Bundle(id).Dir), os.RemoveAll(r.Image(id)))
+	return errors.Join(removePresent(r.Bundle(id).Dir), removePresent(r.Image(id)))
+}
+
+// removePresent removes path and what it holds, when it is there. One that is not there
+// is removed already, where os.RemoveAll fails on a read-only volume (EROFS: the kernel
+// refuses an unlink there before it looks the name up): the delete of a sandbox never
+// checkpointed, whose container runsc had just deleted, failed on its image, and the
+// node listed it running, its delete tried again at every timeout (row 3101).
+func removePresent(path string) error {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return os.RemoveAll(path)
 }
