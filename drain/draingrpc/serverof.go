@@ -55,11 +55,12 @@ func serverOf(ctx context.Context) *grpc.Server {
 // findServerKey walks through. It returns nil when the handler's context
 // holds no key of grpc's type serverKey that names this server.
 //
-// grpc logs the server at INFO ("Server created", and its transport's
-// "Closing") and a global stats handler counts its RPC
-// (probeMethod): grpc has no option that quiets one server's logs (its
-// logger is the process's, grpclog.SetLoggerV2) nor leaves out the
-// global options.
+// grpc logs the server at INFO ("[core] [Server #N] Server created";
+// at verbosity 2 also its transport's "Closing: finished writing
+// status"), and a global stats handler counts its RPC (probeService,
+// probeMethod): grpc has no option that quiets one server's logs (its
+// logger is the process's, grpclog.SetLoggerV2) nor one that leaves out
+// the global options.
 //
 // What else could tell an RPC's server was read in grpc-go v1.85 and
 // found less exact: the peer's local address is shared by other sockets
