@@ -76,34 +76,49 @@ func drainOnImagesVolume(t *testing.T, flags uintptr, data, what string) (rep *d
 
 // Fault (row 3101, a review on a read-only images volume): a sandbox's timeout deletes it
 // (runsc delete -force, then its bundle and image removed), and on a read-only images
-// volume the removal of its image, which a sandbox never checkpointed does not have,
-// failed (EROFS: the kernel refuses any unlink there before it looks the name up), so
-// the delete failed after runsc had deleted the container: the worker listed the sandbox
-// running, its container gone, and tried the delete again at every timeout, a WARN each.
+// volume the removal failed after runsc had deleted the container: of the image a sandbox
+// never checkpointed does not have (EROFS: the kernel refuses any unlink there before it
+// looks the name up), and of the one a restored sandbox keeps on disk. The delete failed:
+// the worker listed the sandbox running, its container gone, and tried the delete again
+// at every timeout, a WARN each.
 //
-//	0          Run, timeout 1 s; the images volume goes read-only
-//	+1 s       the timeout: runsc deletes the container; its image: nothing to remove
-//	           before: listed running for ever, its container gone; after: listed no more
+//	0          Run, timeout 1 s (or 2 s, checkpointed and restored at once);
+//	           the images volume goes read-only
+//	+1 s       the timeout: runsc deletes the container; its image stays where it is
+//	           before: listed running for ever, its container gone; after: listed no
+//	           more, what it left for the next worker's sweep
 func TestTimeoutDeletesASandboxOnAReadOnlyImagesVolume(t *testing.T) {
-	var logs logbuf.Buffer
-	w, c, _ := serveWorkerWith(t, runscConfig(t), slog.New(slog.NewTextHandler(&logs, nil)), nil)
-	rs := w.rt.(*sandbox.Runsc)
-	r, err := c.Run(context.Background(), &RunRequest{TimeoutS: 1})
-	require.NoError(t, err)
-	images := filepath.Dir(rs.Image(r.ID))
-	require.NoError(t, os.MkdirAll(images, 0o700))
-	if err := syscall.Mount("tmpfs", images, "tmpfs", syscall.MS_RDONLY, "size=1m"); err != nil {
-		realpart.Missing(t, "skipping: mounting a read-only images volume needs root: "+err.Error())
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(images, syscall.MNT_DETACH) })
+	for name, restored := range map[string]bool{"never checkpointed": false, "restored from its image": true} {
+		t.Run(name, func(t *testing.T) {
+			var logs logbuf.Buffer
+			w, c, _ := serveWorkerWith(t, runscConfig(t), slog.New(slog.NewTextHandler(&logs, nil)), nil)
+			rs := w.rt.(*sandbox.Runsc)
+			r, err := c.Run(context.Background(), &RunRequest{TimeoutS: 1})
+			if restored {
+				r, err = c.Run(context.Background(), &RunRequest{TimeoutS: 2})
+				require.NoError(t, err)
+				waitCount(t, rs.Bundle(r.ID), 2)
+				_, err = c.Checkpoint(context.Background(), r.ID)
+				require.NoError(t, err)
+				_, err = c.Restore(context.Background(), r.ID)
+				require.FileExists(t, filepath.Join(rs.Image(r.ID), "checkpoint.img"), "a restored sandbox keeps its image")
+			}
+			require.NoError(t, err)
+			images := filepath.Dir(rs.Image(r.ID))
+			require.NoError(t, os.MkdirAll(images, 0o700))
+			require.NoError(t, syscall.Mount(images, images, "", syscall.MS_BIND, ""), "bind-mounting the images volume needs root")
+			t.Cleanup(func() { _ = syscall.Unmount(images, syscall.MNT_DETACH) })
+			require.NoError(t, syscall.Mount("", images, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""), "remounting it read-only")
 
-	assert.Eventually(t, func() bool {
-		_, err := rs.Runtime.State(context.Background(), r.ID)
-		return errors.Is(err, runsc.ErrNotExist)
-	}, 30*time.Second, 50*time.Millisecond, "the timeout did not delete the container")
-	assert.Eventually(t, func() bool {
-		list, err := c.List(context.Background())
-		return err == nil && len(list.Sandboxes) == 0
-	}, 10*time.Second, 50*time.Millisecond, "the deleted sandbox is still listed: %+v", w.node.List())
-	assert.NotContains(t, logs.String(), "delete failed")
+			assert.Eventually(t, func() bool {
+				_, err := rs.Runtime.State(context.Background(), r.ID)
+				return errors.Is(err, runsc.ErrNotExist)
+			}, 30*time.Second, 50*time.Millisecond, "the timeout did not delete the container")
+			assert.Eventually(t, func() bool {
+				list, err := c.List(context.Background())
+				return err == nil && len(list.Sandboxes) == 0
+			}, 10*time.Second, 50*time.Millisecond, "the deleted sandbox is still listed: %+v", w.node.List())
+			assert.NotContains(t, logs.String(), "delete failed")
+		})
+	}
 }

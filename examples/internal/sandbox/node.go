@@ -421,7 +421,9 @@ func (n *Node) record(e *entry, image string) error {
 // A Destroy that fails leaves the sandbox listed as it was, its record too: it may run on
 // (runsc delete -force cut short) or keep its image, and forgotten, every retry would be
 // told "not found" and the server's Close, which force-deletes what the node lists, would
-// not reach it. A record that cannot be removed once the sandbox is destroyed stays for
+// not reach it. One whose container is deleted but whose files stay (ErrLeftover: a
+// read-only volume) is gone all the same, dropped with a WARN, its files left for the next
+// server's sweep. A record that cannot be removed once the sandbox is destroyed stays for
 // the next server, which lists it paused with no image to resume: an ERROR line and the
 // error say so.
 func (n *Node) Delete(ctx context.Context, id string) error {
@@ -441,7 +443,11 @@ func (n *Node) Delete(ctx context.Context, id string) error {
 		e.timer.Stop()
 	}
 	n.mu.Unlock()
-	if err := n.rt.Destroy(ctx, id); err != nil {
+	if err := n.rt.Destroy(ctx, id); errors.Is(err, ErrLeftover) {
+		// Gone, whatever stays on disk: listed on, it was deleted again at every timeout,
+		// and failed again on what a read-only volume keeps (row 3101).
+		n.logger.Warn("sandbox deleted; what it left on disk stays, for the next server's sweep", "id", id, "error", err)
+	} else if err != nil {
 		n.settleAs(e, prev) // running, dead or lost, its timeout, armed again, retries the delete
 		return fmt.Errorf("delete %s: %w (still listed %s, for a retry)", id, err, prev)
 	}

@@ -808,13 +808,24 @@ func (r *Runsc) Resume(ctx context.Context, id, image string) error {
 }
 
 // Destroy force-deletes the container and removes its bundle and image, those it has.
+// When the container is deleted but they cannot be removed, its error wraps ErrLeftover.
 func (r *Runsc) Destroy(ctx context.Context, id string) error {
 	if err := r.Runtime.Delete(ctx, id, true); err != nil && !errors.Is(err, runsc.ErrNotExist) {
 		return err
 	}
 	r.forgetFailure(id)
-	return errors.Join(removePresent(r.Bundle(id).Dir), removePresent(r.Image(id)))
+	if err := errors.Join(removePresent(r.Bundle(id).Dir), removePresent(r.Image(id))); err != nil {
+		return fmt.Errorf("%w: %w", ErrLeftover, err)
+	}
+	return nil
 }
+
+// ErrLeftover is wrapped by the error of Runsc.Destroy whose container is deleted but
+// whose bundle or image stays on disk, not removable: a read-only volume (ext4 remounted
+// read-only after a disk error) keeps the image a restored sandbox still has. The sandbox
+// is gone; what it left, which no record names once it is dropped, is the next server's
+// sweep's (Node.SweepOrphans).
+var ErrLeftover = errors.New("the sandbox is deleted, but what it left on disk could not be removed")
 
 // removePresent removes path and what it holds, when it is there. One that is not there
 // is removed already, where os.RemoveAll fails on a read-only volume (EROFS: the kernel
