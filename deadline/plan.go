@@ -327,13 +327,21 @@ func (p *Plan) Shortfall() time.Duration {
 	if st, ok := raw.slept(); ok { // the sleep is the kubelet's, no phase's
 		return overrun(p.phases, st.SIGTERM, st.Deadline)
 	}
-	st := raw.settled()
-	short := overrun(p.phases, st.Start, st.Deadline)
-	// The verdict and the figure from the same layout: the one that lacks
-	// less. Counted from T0 alone, a grace of 1 s named the 500 ms from T0
-	// for work that lacked only what the kubelet's 2 s after SIGTERM do
-	// not hold.
-	if _, _, _, lack, ok := p.preStopRun(st.Start, raw); ok {
+	return p.lackFrom(0, raw.settled().Start, raw)
+}
+
+// lackFrom is what the reserves of p.phases[i:] lack when phase i starts at
+// start (raw is the budget's state): past the budget's deadline, or, for
+// the first phase, the preStop wait, before SIGTERM, in the layout that
+// lacks less, the verdict and the figure from the same one. Counted to the
+// budget's deadline alone, a grace of 1 s named the 500 ms from T0 for
+// work that lacked only what the kubelet's 2 s after SIGTERM do not hold.
+func (p *Plan) lackFrom(i int, start time.Time, raw State) time.Duration {
+	short := overrun(p.phases[i:], start, raw.settled().Deadline)
+	if i > 0 {
+		return short
+	}
+	if _, _, _, lack, ok := p.preStopRun(start, raw); ok {
 		short = min(short, lack)
 	}
 	return short
@@ -346,17 +354,14 @@ func (p *Plan) Shortfall() time.Duration {
 // SIGTERM, ShortfallFrom("preserve") says whether the preStop wait left
 // enough. Before the budget's deadline it is positive exactly when
 // Window(name) has to share the time left; after it, it also counts the
-// time since. For a preStop wait that runs on past the budget's deadline
-// (see Plan) it is zero: every reserve is held. It saturates at the
+// time since. For the first phase, the preStop wait, before SIGTERM it is
+// what Shortfall is from T0, counted from now: the lesser of that figure
+// and what the reserves lack with the wait run on to the budget's SIGKILL
+// (see Plan), zero where every reserve is held there. It saturates at the
 // largest Duration and panics on an unknown name, like Window.
 func (p *Plan) ShortfallFrom(name string) time.Duration {
 	i := p.mustIndex(name)
-	now, raw := time.Now(), p.budget.raw()
-	dl := raw.settled().Deadline
-	if i == 0 && p.preStopLayout(now, raw, Split(now, dl, p.phases...)[0].Deadline) != nil {
-		return 0 // the preStop wait runs on, every reserve held
-	}
-	return overrun(p.phases[i:], now, dl)
+	return p.lackFrom(i, time.Now(), p.budget.raw())
 }
 
 // Split lays phases out between start and end by the Plan's rule (see
