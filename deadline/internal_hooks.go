@@ -10,7 +10,8 @@ import (
 
 // The drain tells a budget the node's end under the kubelet's own
 // termination through internal/nodeend, and drainkit sim lays a Plan out
-// at an instant of its virtual time through internal/planat, and drain.New
+// at an instant of its virtual time through internal/planat (where drain.New
+// reads the figure it refuses a plan by), and drain.New
 // names the preStop sleep through internal/prestopsleep: no exported name
 // here.
 func init() {
@@ -27,4 +28,5 @@ func init() {
 		}
 		return p.layout(now, i)
 	}
+	planat.Shortfall = func(plan any) planat.Figure { return plan.(*Plan).figure() }
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/bits"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/planat"
 )
 
 // A Reserve is the time a phase needs. It is evaluated live, every time a
@@ -319,32 +321,50 @@ func reserveOf(ph Phase) time.Duration {
 // the kubelet sleeps from T0 and the phases start at SIGTERM: then it is
 // sum of reserves - (Deadline - SIGTERM), the deadline as SIGTERM at T0 +
 // sleep sets it before it comes. It saturates at the largest Duration.
-func (p *Plan) Shortfall() time.Duration {
+func (p *Plan) Shortfall() time.Duration { return p.figure().Short }
+
+// figure is Shortfall with the layout it is counted in (see
+// planat.Figure), all from one reading of the budget: drain.New names
+// that layout's numbers, and chose it by time arithmetic of its own,
+// which named a preStop sleep the plan did not count (a budget a preStop
+// call had anchored).
+func (p *Plan) figure() planat.Figure {
 	if p.budget == nil { // the zero Plan: no reserve to fall short of
-		return 0
+		return planat.Figure{}
 	}
 	raw := p.budget.raw()
 	if st, ok := raw.slept(); ok { // the sleep is the kubelet's, no phase's
-		return overrun(p.phases, st.SIGTERM, st.Deadline)
+		return planat.Figure{Short: overrun(p.phases, st.SIGTERM, st.Deadline), Left: st.Deadline.Sub(st.SIGTERM),
+			Margin: st.Kill.Sub(st.Deadline), Layout: planat.AfterSleep}
 	}
-	return p.lackFrom(0, raw.settled().Start, raw)
+	return p.figureFrom(raw.settled().Start, raw)
+}
+
+// figureFrom is what the reserves of every phase lack when the first one
+// starts at start (raw is the budget's state), in the layout that lacks
+// less: to the budget's deadline, or, before SIGTERM, with the first
+// phase, the preStop wait, run on to the budget's SIGKILL. The verdict and
+// the figure from the same layout: counted to the deadline alone, a grace
+// of 1 s named the 500 ms from T0 for work that lacked only what the
+// kubelet's 2 s after SIGTERM do not hold.
+func (p *Plan) figureFrom(start time.Time, raw State) planat.Figure {
+	st := raw.settled()
+	f := planat.Figure{Short: overrun(p.phases, start, st.Deadline), Left: max(st.Deadline.Sub(start), 0),
+		Margin: st.Kill.Sub(st.Deadline), Layout: planat.FromT0}
+	if end, after, _, lack, ok := p.preStopRun(start, raw); ok && lack < f.Short {
+		f = planat.Figure{Short: lack, Left: after.Sub(end), Margin: raw.ifSIGTERM(end).Kill.Sub(after), Layout: planat.RunOn}
+	}
+	return f
 }
 
 // lackFrom is what the reserves of p.phases[i:] lack when phase i starts at
 // start (raw is the budget's state): past the budget's deadline, or, for
-// the first phase, the preStop wait, before SIGTERM, in the layout that
-// lacks less, the verdict and the figure from the same one. Counted to the
-// budget's deadline alone, a grace of 1 s named the 500 ms from T0 for
-// work that lacked only what the kubelet's 2 s after SIGTERM do not hold.
+// the first phase, the preStop wait, by figureFrom's rule.
 func (p *Plan) lackFrom(i int, start time.Time, raw State) time.Duration {
-	short := overrun(p.phases[i:], start, raw.settled().Deadline)
-	if i > 0 {
-		return short
+	if i == 0 {
+		return p.figureFrom(start, raw).Short
 	}
-	if _, _, _, lack, ok := p.preStopRun(start, raw); ok {
-		short = min(short, lack)
-	}
-	return short
+	return overrun(p.phases[i:], start, raw.settled().Deadline)
 }
 
 // ShortfallFrom returns by how much the reserves of the named phase and all

@@ -19,6 +19,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/logonce"
+	"github.com/drainkit/drainkit/internal/planat"
 	"github.com/drainkit/drainkit/internal/prestopsleep"
 	"github.com/drainkit/drainkit/internal/telemetry"
 	"github.com/drainkit/drainkit/internal/usererr"
@@ -517,48 +518,36 @@ func (d *Drainer) makePlan(ownPreserver bool) error {
 	if err != nil {
 		return fmt.Errorf("drain: Config.Steps: %w", err)
 	}
-	if short := p.Shortfall(); short > 0 {
-		return d.shortfall(short, ownPreserver)
+	if f := planat.Shortfall(p); f.Short > 0 {
+		return d.shortfall(f, ownPreserver)
 	}
 	d.plan, d.planned = p, phases
 	return nil
 }
 
-// shortfall is New's error when the reserves, short too much, do not fit
-// in the grace period.
-func (d *Drainer) shortfall(short time.Duration, ownPreserver bool) shortfallError {
-	e := shortfallError{short: short, grace: d.budget.Grace(),
+// shortfall is New's error when the reserves do not fit in the grace
+// period: f is the plan's figure and the layout it is counted in, whose
+// numbers the error names as the plan has them (planat.Shortfall).
+func (d *Drainer) shortfall(f planat.Figure, ownPreserver bool) shortfallError {
+	e := shortfallError{short: f.Short, left: f.Left, margin: f.Margin, grace: d.budget.Grace(), runOn: f.Layout == planat.RunOn,
 		estimate: d.estimator().Estimate(), estField: "Config.Pause.Estimator"}
 	if ownPreserver {
 		e.estField = "Config.Preserver's Estimator"
 	}
+	if f.Layout == planat.AfterSleep {
+		e.sleep = prestopsleep.Of(d.budget)
+	}
 	limit := max(d.preserver.Limit(), 1)
 	e.rounds = (d.toPreserve() + limit - 1) / limit
 	e.preserve = time.Duration(e.rounds) * e.estimate
-	sum := e.preserve
 	for i, ph := range d.phases {
 		if ph.Reserve == nil {
 			continue
 		}
 		if r := ph.Reserve(); r > 0 {
 			e.steps = append(e.steps, stepReserve{i, ph.Name, r})
-			sum += r
 		}
 	}
-	e.left = max(sum-short, 0)
-	// The margin in effect: at most half of what SIGTERM leaves, which a
-	// sleep hook's SIGTERM is, the kubelet's arithmetic, after the sleep.
-	left := e.grace
-	if e.sleep = prestopsleep.Of(d.budget); e.sleep > 0 {
-		left = deadline.KubeletRemaining(e.grace, e.sleep)
-	}
-	// More than the grace leaves from T0: the figure is the preStop wait
-	// run on to the end of the grace (deadline.Plan.Shortfall), where
-	// SIGTERM leaves the kubelet's 2 s.
-	if st := d.budget.State(); e.sleep == 0 && e.left > st.Deadline.Sub(st.Start) {
-		e.runOn, left = true, deadline.MinimumGracePeriod
-	}
-	e.margin = max(left-e.left, 0)
 	return e
 }
 
