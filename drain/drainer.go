@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/gracefit"
 	"github.com/drainkit/drainkit/internal/logonce"
 	"github.com/drainkit/drainkit/internal/planat"
 	"github.com/drainkit/drainkit/internal/prestopsleep"
@@ -519,7 +520,9 @@ func (d *Drainer) makePlan(ownPreserver bool) error {
 		return fmt.Errorf("drain: Config.Steps: %w", err)
 	}
 	if f := planat.Shortfall(p); f.Short > 0 {
-		return d.shortfall(f, ownPreserver)
+		e := d.shortfall(f, ownPreserver)
+		e.phases = phases
+		return e
 	}
 	d.plan, d.planned = p, phases
 	return nil
@@ -563,6 +566,8 @@ type shortfallError struct {
 	rounds                     int
 	estField                   string
 	steps                      []stepReserve
+	phases                     []deadline.Phase // the plan's, for the smallest grace that fits them (NewServer)
+	least                      time.Duration    // NewServer's: the smallest grace that fits; 0: none up to gracefit.Max
 }
 
 // stepReserve is a step's reserve, for shortfallError.
@@ -605,8 +610,13 @@ func (e shortfallError) detail(fields bool) string {
 			fmt.Fprintf(&b, ", step %s %v", s.name, s.reserve)
 		}
 	}
-	if !fields {
-		b.WriteString("; raise the grace period, or set " + EnvPreserveEstimate + " to the time one preserve takes")
+	switch {
+	case fields:
+	case e.least > 0:
+		fmt.Fprintf(&b, "; raise the grace period to %ds, the smallest that fits this work (terminationGracePeriodSeconds: %d, and %s if set), or set %s to the time one preserve takes",
+			e.least/time.Second, e.least/time.Second, EnvGrace, EnvPreserveEstimate)
+	default:
+		fmt.Fprintf(&b, "; no grace period up to %v fits this work: set %s to the time one preserve takes", gracefit.Max, EnvPreserveEstimate)
 	}
 	return b.String()
 }

@@ -10,14 +10,18 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/gracefit"
 	"github.com/drainkit/drainkit/internal/hupquit"
 	"github.com/drainkit/drainkit/internal/listenaddr"
+	"github.com/drainkit/drainkit/internal/prestopsleep"
 	"github.com/drainkit/drainkit/internal/usererr"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -293,10 +297,8 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (_ *Serv
 	// earlier. Sized from the grace alone, a 30 s deletion of an hour's pod
 	// kept the hour's 5 s of the 25 s left, and the preserve phase, sharing
 	// with it, lost up to a sixth of its time.
-	httpReserve := func() time.Duration {
-		return min(max(budget.GraceInUse()/40, 250*time.Millisecond), 5*time.Second)
-	}
-	all := append(append([]Step(nil), steps...), httpStep("http", srv, httpReserve)) // HTTPServerStep's, with a live reserve
+	httpReserve := func() time.Duration { return httpShare(budget) }
+	all := append(append([]Step(nil), steps...), httpStep(httpStepName, srv, httpReserve)) // HTTPServerStep's, with a live reserve
 	// Pause, Checkpoint and Delete take work off the node; a Stream
 	// follows a sandbox that is still on it, and ends once it is
 	// preserved; a KeepAlive keeps one running here, where it is
@@ -321,12 +323,42 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (_ *Serv
 					src = fmt.Sprintf("the pod's spec.terminationGracePeriodSeconds (%v, which the kubelet uses; %s=%s is not it)", grace, EnvGrace, v)
 				}
 			}
+			short.least = smallestGrace(budget, short.phases)
 			return nil, fmt.Errorf("drain: %s is too short for one round of preserves and the steps' reserves: %s", src, short.detail(false))
 		}
 		return nil, err
 	}
 	s.wrapHandler()
 	return s, nil
+}
+
+// httpStepName is the phase of NewServer's http step.
+const httpStepName = "http"
+
+// httpShare is the reserve of NewServer's http step over budget: a
+// fortieth of the grace the kubelet uses, between 250 ms and 5 s.
+func httpShare(budget *deadline.Budget) time.Duration {
+	return min(max(budget.GraceInUse()/40, 250*time.Millisecond), 5*time.Second)
+}
+
+// smallestGrace is the smallest whole grace that fits phases, the plan New
+// refused over budget, with budget's margin and preStop sleep
+// (gracefit.Smallest, drainkit plan's rule), the http step's reserve
+// following each grace tried as it follows the budget's; 0 if none up to
+// gracefit.Max. The margin is EnvMargin's, which ConfigFromEnv has read
+// and checked.
+func smallestGrace(budget *deadline.Budget, phases []deadline.Phase) time.Duration {
+	margin, _ := optionalDurationEnv(EnvMargin)
+	c := deadline.Config{Margin: margin, PreStopSleep: prestopsleep.Of(budget)}
+	return gracefit.Smallest(c, func(b *deadline.Budget) []deadline.Phase {
+		at := slices.Clone(phases)
+		for i, ph := range at {
+			if ph.Name == httpStepName {
+				at[i].Reserve = func() time.Duration { return httpShare(b) }
+			}
+		}
+		return at
+	})
 }
 
 // wrapHandler serves GET /readyz in front of srv.Handler, unless srv's

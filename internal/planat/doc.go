@@ -10,7 +10,7 @@
 //	plan, _ := deadline.NewPlan(budget, phases...) // the budget anchored at t0, virtual
 //	wait := planat.Windows(plan, t0, "").([]deadline.Window)[0] // the preStop wait, as the Drainer's at t0
 //
-// It also gives drain.New and drainkit plan a Plan's Shortfall with the
+// It also gives drain.New a Plan's Shortfall with the
 // layout it is counted in (Shortfall, a Figure): the refusal names that
 // layout's numbers, where New chose the layout by arithmetic of its own
 // (docs/faults.md row 3001).

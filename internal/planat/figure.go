@@ -33,9 +33,9 @@ type Figure struct {
 }
 
 // Shortfall returns plan's (a *deadline.Plan's) Shortfall as a Figure:
-// the one rule by which drain.New refuses a plan and names what it lacks,
-// and drainkit plan finds the smallest grace that fits. Package deadline
-// installs it when it is initialised.
+// the one rule by which drain.New refuses a plan and names what it lacks
+// (the layout's numbers). Package deadline installs it when it is
+// initialised.
 var Shortfall = func(plan any) Figure {
 	panic(fmt.Sprintf("planat: no deadline package in this program to count %T's shortfall", plan))
 }

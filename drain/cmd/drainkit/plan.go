@@ -22,6 +22,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/apiflags"
 	"github.com/drainkit/drainkit/internal/durflag"
+	"github.com/drainkit/drainkit/internal/gracefit"
 	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/nodeend"
@@ -671,7 +672,7 @@ type planResult struct {
 	spare     time.Duration // the drain window: what the work could grow by
 	shortfall time.Duration
 	fits      bool
-	minGrace  time.Duration // 0: none up to maxGrace
+	minGrace  time.Duration // 0: none up to gracefit.Max
 	budget    deadline.State
 	node      *nodePlan // the kubelet's own termination, when its grace is known and shorter; nil: none
 }
@@ -682,14 +683,11 @@ type nodePlan struct {
 	windows   []deadline.Window
 	shortfall time.Duration
 	fits      bool
-	minGrace  time.Duration // the smallest kubelet grace that holds the work; 0: none up to maxGrace
+	minGrace  time.Duration // the smallest kubelet grace that holds the work; 0: none up to gracefit.Max
 }
 
 // maxCount bounds -count: far more sandboxes than one node runs.
 const maxCount = 1000000
-
-// maxGrace bounds the search for the smallest grace period that fits.
-const maxGrace = 24 * time.Hour
 
 // preserveReserve is the preserve phase's reserve: the Drainer's own,
 // ceil(sandboxes / limit) x estimate (deadline.Work) and never less than
@@ -866,7 +864,7 @@ func (in *planInput) phasesFor(reserve deadline.Reserve) []deadline.Phase {
 // work starts at SIGTERM, so what the plan lays out from now is what the
 // sleep leaves.
 func (in *planInput) budget(grace time.Duration) (*deadline.Budget, error) {
-	b, err := deadline.New(grace, deadline.Config{Margin: in.margin, PreStopSleep: in.sleep})
+	b, err := deadline.New(grace, in.budgetConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -910,7 +908,7 @@ func (in *planInput) plan() (*planResult, error) {
 		return nil, fmt.Errorf("-grace %v, -margin %v, -prestop-sleep %v: %w", in.grace, in.margin, in.sleep, err)
 	}
 	// NewPlan checks the phases (names, Max, reserves), which planNode and
-	// the bisection of smallestGrace lay out again unchanged: once here.
+	// the bisection of gracefit lay out again unchanged: once here.
 	if _, err := deadline.NewPlan(b, phases...); err != nil {
 		return nil, err
 	}
@@ -922,7 +920,7 @@ func (in *planInput) plan() (*planResult, error) {
 		res.shortfall = refused
 	}
 	res.spare = res.windows[0].Deadline.Sub(res.windows[0].Start) // the drain window: what is not reserved
-	res.minGrace = smallestGrace(func(grace time.Duration) bool { return in.newShortfall(grace, phases) == 0 })
+	res.minGrace = gracefit.Smallest(in.budgetConfig(), func(*deadline.Budget) []deadline.Phase { return phases })
 	if in.kubeletGrace > 0 && in.kubeletGrace < in.grace {
 		if res.node, err = in.planNode(phases); err != nil {
 			return nil, err
@@ -942,7 +940,7 @@ func (in *planInput) planNode(phases []deadline.Phase) (*nodePlan, error) {
 	node := &nodePlan{}
 	node.windows, node.shortfall = atSIGTERM(b, phases)
 	node.fits = node.shortfall == 0 && in.kubeletWrong == ""
-	node.minGrace = smallestGrace(func(kubelet time.Duration) bool {
+	node.minGrace = gracefit.SmallestWhere(func(kubelet time.Duration) bool {
 		b, err := in.nodeBudget(kubelet)
 		if err != nil {
 			return false
@@ -972,21 +970,18 @@ func (in *planInput) nodeBudget(kubelet time.Duration) (*deadline.Budget, error)
 }
 
 // newShortfall is by how much phases, checked by plan's NewPlan, do not
-// fit in a budget of grace, as drain.New counts it to refuse a server:
-// deadline.Plan.Shortfall over the budget New is given, before any event
-// (a preStop sleep, then, leaves what SIGTERM does). The plan's verdict
-// and its smallest grace are New's answer, not a copy of its arithmetic.
-// A budget deadline.New refuses (a sleep longer than grace) holds nothing.
+// fit in a budget of grace, as drain.New counts it to refuse a server
+// (gracefit.Shortfall, by which NewServer's refusal names the smallest
+// grace too): the plan's verdict and its smallest grace are New's
+// answer, not a copy of its arithmetic.
 func (in *planInput) newShortfall(grace time.Duration, phases []deadline.Phase) time.Duration {
-	b, err := deadline.New(grace, deadline.Config{Margin: in.margin, PreStopSleep: in.sleep})
-	if err != nil {
-		return math.MaxInt64
-	}
-	p, err := deadline.NewPlan(b, phases...)
-	if err != nil {
-		return math.MaxInt64
-	}
-	return p.Shortfall()
+	return gracefit.Shortfall(grace, in.budgetConfig(), func(*deadline.Budget) []deadline.Phase { return phases })
+}
+
+// budgetConfig is the server's budget configuration: its margin and the
+// pod's preStop sleep.
+func (in *planInput) budgetConfig() deadline.Config {
+	return deadline.Config{Margin: in.margin, PreStopSleep: in.sleep}
 }
 
 // atSIGTERM returns the plan's windows and its shortfall as they are at the
@@ -1003,24 +998,6 @@ func atSIGTERM(b *deadline.Budget, phases []deadline.Phase) ([]deadline.Window, 
 		sum = satAdd(sum, w.Reserve)
 	}
 	return windows, max(sum-max(st.Deadline.Sub(st.SIGTERM), 0), 0)
-}
-
-// smallestGrace is the smallest whole number of seconds that fits, by
-// bisection (a longer grace never fits less), or 0 if none up to maxGrace.
-func smallestGrace(fits func(grace time.Duration) bool) time.Duration {
-	lo, hi := int64(0), int64(maxGrace/time.Second)
-	if !fits(time.Duration(hi) * time.Second) {
-		return 0
-	}
-	for hi-lo > 1 { // lo does not fit, hi does
-		mid := (lo + hi) / 2
-		if fits(time.Duration(mid) * time.Second) {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	return time.Duration(hi) * time.Second
 }
 
 func (res *planResult) print(w io.Writer, in *planInput) {
@@ -1162,7 +1139,7 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 		fmt.Fprintf(tw, "  smallest grace that fits\t%ds\tterminationGracePeriodSeconds: %d (with the step reserves as given)\n",
 			int64(res.minGrace/time.Second), int64(res.minGrace/time.Second))
 	} else {
-		fmt.Fprintf(tw, "  smallest grace that fits\tnone\tnot even %s fits\n", maxGrace)
+		fmt.Fprintf(tw, "  smallest grace that fits\tnone\tnot even %s fits\n", gracefit.Max)
 	}
 	res.printNode(tw, in)
 	tw.Flush()
