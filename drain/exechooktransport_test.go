@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/wrappedtransport"
 )
 
 // Fault: an ExecHook without a Client built its own on
@@ -20,7 +22,7 @@ import (
 // *http.Transport, so a program that had put a wrapper there
 // (otelhttp.NewTransport(http.DefaultTransport), a recording RoundTripper)
 // panicked in Run, at the preStop: "interface conversion:
-// http.RoundTripper is *drain.countingTransport, not *http.Transport", and
+// http.RoundTripper is *wrappedtransport.Counting, not *http.Transport", and
 // no drain wait started.
 //
 //	program    http.DefaultTransport = a wrapper of it; HTTP_PROXY at a
@@ -53,9 +55,7 @@ func TestExecHookWithoutAClientWhenTheProgramWrappedTheDefaultTransport(t *testi
 		assert.Zero(t, proxied.Load(), "calls that went to the proxy")
 		return
 	}
-	wrapper := &countingTransport{next: http.DefaultTransport}
-	http.DefaultTransport = wrapper
-	t.Cleanup(func() { http.DefaultTransport = wrapper.next })
+	wrapper := wrappedtransport.Install(t)
 
 	f := newFixture(t, fixtureOpts{grace: 600 * time.Second, margin: 5 * time.Second})
 	srv := httptest.NewServer(f.d.PreStop())
@@ -69,7 +69,7 @@ func TestExecHookWithoutAClientWhenTheProgramWrappedTheDefaultTransport(t *testi
 	require.NoError(t, err)
 	assert.True(t, sum.Done, "the drain wait is over: the call reached the Drainer")
 	assert.True(t, f.d.Gate().Closed(), "the drain started")
-	assert.Zero(t, wrapper.requests.Load(), "the hook's own client, not the program's wrapper")
+	assert.Zero(t, wrapper.Requests(), "the hook's own client, not the program's wrapper")
 	srv.CloseClientConnections()
 	require.NoError(t, f.d.Shutdown(context.Background()).Err())
 }
@@ -77,15 +77,3 @@ func TestExecHookWithoutAClientWhenTheProgramWrappedTheDefaultTransport(t *testi
 // wrappedTransportChild marks the child process of
 // TestExecHookWithoutAClientWhenTheProgramWrappedTheDefaultTransport.
 const wrappedTransportChild = "DRAIN_TEST_WRAPPED_TRANSPORT"
-
-// countingTransport is a program's wrapper of a RoundTripper: it counts
-// the requests it passes on.
-type countingTransport struct {
-	next     http.RoundTripper
-	requests atomic.Int64
-}
-
-func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.requests.Add(1)
-	return c.next.RoundTrip(r)
-}

@@ -1,19 +1,19 @@
 package httpsource
 
 import (
-	"net/http"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/wrappedtransport"
 )
 
 // Fault: New without a Client cloned http.DefaultTransport with an
 // unchecked type assertion to *http.Transport, and a program that had put
 // a wrapper there (otelhttp.NewTransport(http.DefaultTransport), a
 // recording or mocking RoundTripper) panicked in New: "interface
-// conversion: http.RoundTripper is *httpsource.countingTransport, not
+// conversion: http.RoundTripper is *wrappedtransport.Counting, not
 // *http.Transport", at its start, or at SIGTERM in a server that makes its
 // Source then.
 //
@@ -29,9 +29,7 @@ import (
 // alone; a program whose requests must go through its wrapper gives the
 // Source a Client with it (Config.Client).
 func TestNewWithoutAClientWhenTheProgramWrappedTheDefaultTransport(t *testing.T) {
-	wrapper := &countingTransport{next: http.DefaultTransport}
-	http.DefaultTransport = wrapper
-	t.Cleanup(func() { http.DefaultTransport = wrapper.next })
+	wrapper := wrappedtransport.Install(t)
 
 	f := newFakeServer(3)
 	url, ln := f.startClosingKeptAlive(t)
@@ -43,17 +41,5 @@ func TestNewWithoutAClientWhenTheProgramWrappedTheDefaultTransport(t *testing.T)
 	})
 	preserveEachListedOnce(t, f, src)
 	assert.Zero(t, ln.Dropped(), "no pause went on a kept-alive connection")
-	assert.Zero(t, wrapper.requests.Load(), "the Source's own client, not the program's wrapper")
-}
-
-// countingTransport is a program's wrapper of a RoundTripper: it counts
-// the requests it passes on.
-type countingTransport struct {
-	next     http.RoundTripper
-	requests atomic.Int64
-}
-
-func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.requests.Add(1)
-	return c.next.RoundTrip(r)
+	assert.Zero(t, wrapper.Requests(), "the Source's own client, not the program's wrapper")
 }
