@@ -188,6 +188,51 @@ func (c *Config) OwnGrace(priority int32) (time.Duration, bool) {
 	return soft, evicts
 }
 
+// Raise returns the settings of c that hold the kubelet's own grace for a
+// pod of priority (OwnGrace) below grace, a whole number of seconds, each
+// with the value that gives the pod grace: evictionMaxPodGracePeriod for
+// a soft eviction; for a node shutdown, the pod's group's
+// shutdownGracePeriodSeconds when the node gives slices by priority, else
+// shutdownGracePeriod (whose slice for the pods below SystemCriticalPriority
+// is what shutdownGracePeriodCriticalPods leaves of it), or for a critical
+// pod shutdownGracePeriodCriticalPods, with shutdownGracePeriod raised as
+// much to keep the other pods' slice. None when OwnGrace gives grace
+// already. Naming the setting shutdownGracePeriod alone sent an operator
+// to raise a setting that gave enough already when a soft eviction's grace
+// was the smaller.
+func (c *Config) Raise(priority int32, grace time.Duration) []string {
+	var set []string
+	if soft, ok := c.SoftEvictionGrace(); ok && soft < grace {
+		set = append(set, fmt.Sprintf("evictionMaxPodGracePeriod: %d", grace/time.Second))
+	}
+	shutdown, ok := c.ShutdownGrace(priority)
+	switch {
+	case !ok || shutdown >= grace:
+	case len(c.ShutdownGracePeriodByPodPriority) > 0:
+		g := c.groups()
+		set = append(set, fmt.Sprintf("shutdownGracePeriodSeconds: %d in the shutdownGracePeriodByPodPriority group of priority %d",
+			grace/time.Second, g[groupOf(g, priority)].Priority))
+	case priority >= SystemCriticalPriority:
+		others := max(c.ShutdownGracePeriod.Duration-c.ShutdownGracePeriodCriticalPods.Duration, 0)
+		set = append(set, fmt.Sprintf("shutdownGracePeriodCriticalPods: %s, and shutdownGracePeriod: %s to keep the other pods' %s,",
+			seconds(grace), seconds(others+grace), seconds(others)))
+	default:
+		critical := c.ShutdownGracePeriodCriticalPods.Duration
+		set = append(set, fmt.Sprintf("shutdownGracePeriod: %s (%s of it shutdownGracePeriodCriticalPods, the critical pods')",
+			seconds(grace+critical), seconds(critical)))
+	}
+	return set
+}
+
+// seconds writes d as a KubeletConfiguration's durations usually are:
+// "63s", not "1m3s", when it is whole seconds.
+func seconds(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}
+
 // LeastOwnGrace is OwnGrace for a pod whose priority is not known: the
 // least any priority gets, early rather than late.
 func (c *Config) LeastOwnGrace() (time.Duration, bool) {

@@ -314,3 +314,16 @@ func TestTwoShutdownGroupsAtOnePriorityGiveWhatTheKubeletGives(t *testing.T) {
 	g, _ = c.ShutdownGrace(1)
 	assert.Equal(t, 10*time.Second, g)
 }
+
+// Raise names every setting that holds the kubelet's own grace below the
+// one asked for, each with the value that gives it, and none once they
+// give it: a soft eviction's 5 s and a node shutdown's 20 s slice, for 25 s.
+func TestRaiseNamesEverySettingBelowTheGrace(t *testing.T) {
+	c, err := kubeletconf.Parse([]byte("kind: KubeletConfiguration\nshutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n" +
+		"evictionSoft: {memory.available: 1Gi}\nevictionMaxPodGracePeriod: 5\n"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"evictionMaxPodGracePeriod: 25", "shutdownGracePeriod: 35s (10s of it shutdownGracePeriodCriticalPods, the critical pods')"},
+		c.Raise(0, 25*time.Second))
+	assert.Equal(t, []string{"evictionMaxPodGracePeriod: 20"}, c.Raise(0, 20*time.Second), "the slice gives 20 s")
+	assert.Empty(t, c.Raise(0, 5*time.Second))
+}

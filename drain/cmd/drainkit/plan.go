@@ -161,11 +161,12 @@ type planInput struct {
 	graceFromRates bool          // the grace is the rates' (the last shutdown's), not -grace
 	kubeletGrace   time.Duration // the kubelet's own termination's grace (graceful node shutdown); 0: not known
 	kubeletSrc     string
-	kubeletOff     string        // why the node's configuration gives none to plan (graceful node shutdown off), or ""
-	kubeletWrong   string        // why the server's drain would not keep to the node's grace, or ""
-	margin         time.Duration // 0: the default for the grace
-	sleep          time.Duration // the pod's preStop sleep (deadline.Config.PreStopSleep), 0: none
-	rateMiB        float64       // MiB/s of one pause, 0: none
+	kubeletOff     string                             // why the node's configuration gives none to plan (graceful node shutdown off), or ""
+	kubeletWrong   string                             // why the server's drain would not keep to the node's grace, or ""
+	kubeletRaise   func(grace time.Duration) []string // the node's settings to raise for a kubelet grace, when -kubelet-config's is the one planned; nil: not known
+	margin         time.Duration                      // 0: the default for the grace
+	sleep          time.Duration                      // the pod's preStop sleep (deadline.Config.PreStopSleep), 0: none
+	rateMiB        float64                            // MiB/s of one pause, 0: none
 	steps          []learned.Step
 	stepsSrc       string
 	rates          *learned.Rates
@@ -592,6 +593,7 @@ func (in *planInput) fromKubeletConfig(path string, priority int32) error {
 		return nil
 	}
 	in.kubeletSrc = fmt.Sprintf("%s: %s", path, strings.Join(from, ", "))
+	in.kubeletRaise = func(grace time.Duration) []string { return c.Raise(priority, grace) }
 	if r := in.rates; r != nil && r.KubeletGrace != in.kubeletGrace {
 		switch server := r.KubeletGrace; {
 		case server == 0:
@@ -600,7 +602,7 @@ func (in *planInput) fromKubeletConfig(path string, priority int32) error {
 			in.kubeletWrong = fmt.Sprintf("the server's -kubelet-grace is %s: its drain plans past the node's end", server)
 		default: // shorter: its drain ends early, and is planned as it runs
 			in.kubeletSrc += fmt.Sprintf("; the server's drain keeps to its -kubelet-grace, %s, shorter", server)
-			in.kubeletGrace = server
+			in.kubeletGrace, in.kubeletRaise = server, nil
 		}
 	}
 	return nil
@@ -1166,6 +1168,12 @@ func (res *planResult) printNode(tw io.Writer, in *planInput) {
 			grace, in.kubeletWrong, in.kubeletGrace, short)
 	case node.fits:
 		fmt.Fprintf(tw, "  node shutdown\tFITS\tin %s: every sandbox would be preserved\n", grace)
+	case node.minGrace > 0 && in.kubeletRaise != nil && len(in.kubeletRaise(node.minGrace)) > 0:
+		// The settings that hold the grace below what the work needs: a
+		// soft eviction's, a critical pod's, a group's by priority, where
+		// the slice's text named shutdownGracePeriod whatever held it.
+		fmt.Fprintf(tw, "  node shutdown\tDOES NOT FIT\tin %s: %s; it needs %ds: %s in the KubeletConfiguration\n",
+			grace, in.lost(res, node.windows), int64(node.minGrace/time.Second), strings.Join(in.kubeletRaise(node.minGrace), "; "))
 	case node.minGrace > 0:
 		fmt.Fprintf(tw, "  node shutdown\tDOES NOT FIT\tin %s: %s; it needs %ds (%s)\n",
 			grace, in.lost(res, node.windows), int64(node.minGrace/time.Second), slice)
