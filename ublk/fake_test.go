@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,11 +217,21 @@ type memControl struct {
 	// same at stopIn, as the driver runs a control command on: the
 	// device is DEAD from then on.
 	runsOn bool
+	// deletedBeforeInfo are the devices someone else deletes (an
+	// operator's `ublk del`, the next pod's cleanup) between the step's
+	// read of sysfs and its GET_DEV_INFO: the driver has none by then.
+	deletedBeforeInfo map[int]bool
 }
 
+// DevInfo answers a device that does not exist as ublkctl.Control does:
+// an error wrapping ENODEV.
 func (c *memControl) DevInfo(ctx context.Context, id int) (ublkctl.DevInfo, error) {
+	if c.deletedBeforeInfo[id] {
+		delete(c.deletedBeforeInfo, id)
+		_ = c.tree.DeleteDevice(id)
+	}
 	if !c.tree.HasChar(id) {
-		return ublkctl.DevInfo{}, fmt.Errorf("dev %d: no such device", id)
+		return ublkctl.DevInfo{}, fmt.Errorf("ublk: GET_DEV_INFO dev %d: %w", id, syscall.ENODEV)
 	}
 	if c.infoErr != nil {
 		return ublkctl.DevInfo{}, c.infoErr

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
@@ -423,10 +424,16 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 	for _, d := range heldLive {
 		hs := left[d.cur.ID]
 		var info ublkctl.DevInfo
+		start := time.Now()
 		err := r.within(lastResortEnd, func(ctx context.Context) (err error) {
 			info, err = r.ctl.DevInfo(ctx, d.cur.ID)
 			return err
 		})
+		if errors.Is(err, syscall.ENODEV) {
+			delete(left, d.cur.ID) // gone: its holders hold nothing of it
+			r.goneFromDriver(d, start, err)
+			continue
+		}
 		if err != nil {
 			kept = append(kept, fmt.Sprintf("%s (its flags not read: %v)", d.cur.DiskName(), err))
 			continue

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -1813,6 +1814,10 @@ func (r *run) controlDevs(devs []*devState, gone bool) {
 			}
 			return err
 		})
+		if errors.Is(infoErr, syscall.ENODEV) {
+			r.goneFromDriver(d, start, infoErr)
+			continue
+		}
 		if err := infoErr; err != nil {
 			// Not fatal (STOP_DEV and DEL_DEV may still work), but what it
 			// would have told is not known: whether the device is DEAD,
@@ -1841,6 +1846,27 @@ func (r *run) controlDevs(devs []*devState, gone bool) {
 			}
 			d.deleted = r.devStep(d, "DEL_DEV", func(ctx context.Context) error { return r.ctl.DelDev(ctx, d.cur.ID) }, nil)
 		}
+	}
+}
+
+// goneFromDriver records that the driver answered GET_DEV_INFO for d,
+// asked at start, ENODEV (err): no device has its ID, so d is gone
+// (deleted since sysfs was read: by its daemon, an operator, the next
+// pod's cleanup), what the step set out to do, not a read that failed.
+// The driver frees an ID only after it has removed the device's disk and
+// char device, so sysfs read again shows it gone, and the step sends it
+// nothing more. Before, it was a failed read: a warning, the Report's
+// step an error, and with its daemon gone and the old read's disk "kept
+// for recovery" (docs/faults.md row 3080).
+func (r *run) goneFromDriver(d *devState, start time.Time, err error) {
+	d.rep.Steps = append(d.rep.Steps, StepResult{Name: "GET_DEV_INFO", Start: start, Duration: time.Since(start),
+		Result: "gone: the driver has no device " + strconv.Itoa(d.cur.ID) + " (" + err.Error() + "), deleted since sysfs was read"})
+	r.cfg.logger.InfoContext(r.ctx, "ublk: GET_DEV_INFO: the device is gone", "device", d.cur.DiskName())
+	r.refresh()
+	if d.cur.Present() {
+		// Another device took the ID since (one whose sysfs entry refresh
+		// could not tell from d's): not the step's.
+		d.cur, d.gone = Device{ID: d.cur.ID}, true
 	}
 }
 
