@@ -193,6 +193,9 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		if r.cfg.openControl == nil || r.openControl() != nil {
 			break // the daemon's own stop does it, if it is asked
 		}
+		if !r.liveToTheDriver(d, lastResortEnd) {
+			continue
+		}
 		var notSent string
 		d.stopped, notSent = r.stopDev(d, lastResortEnd)
 		switch {
@@ -354,6 +357,40 @@ func (r *run) serverFate(h Holder, id, sid int) HolderFate {
 			"which do not keep the disk from stopping"}
 	}
 	return HolderFate{Holder: h, Device: id, Reason: why + "asking the daemon to stop releases its holds"}
+}
+
+// liveToTheDriver asks the driver about d (GET_DEV_INFO, bounded by
+// until) before the last resort's STOP_DEV of it, the step's first
+// control command to it, and reports whether it may still be live: not
+// when the driver has no such device (goneFromDriver) or says it DEAD
+// with no disk in sysfs. The question goes first because ublkctl.Control
+// sends the first command it gets an answer to again with its plain
+// number when the kernel refused its ioctl-encoded one as unknown (6.1.43
+// to 6.3, and vendor kernels of that ublk age, which the kernel table
+// counts vulnerable: the last resort runs there), and a device deleted
+// and another added under its ID between the two sends gets the second:
+// a GET_DEV_INFO so sent reads it, a STOP_DEV stopped it. A GET_DEV_INFO
+// that failed tells nothing, and the STOP_DEV goes all the same.
+func (r *run) liveToTheDriver(d *devState, until func(*stages) time.Time) bool {
+	start := time.Now()
+	var info ublkctl.DevInfo
+	err := r.within(until, func(ctx context.Context) (err error) {
+		info, err = r.ctl.DevInfo(ctx, d.cur.ID)
+		return err
+	})
+	switch {
+	case errors.Is(err, syscall.ENODEV):
+		r.goneFromDriver(d, start, err)
+		return false
+	case err != nil:
+		r.infoNotRead(d, start, err)
+		return true
+	}
+	if d.rep.Info == nil {
+		d.rep.Info = driverInfo(info) // the state before the step acted
+	}
+	d.dead = info.State == ublkctl.StateDead
+	return d.live()
 }
 
 // whyStopUnderHolders says why a held device whose daemon dies at the

@@ -1823,10 +1823,7 @@ func (r *run) controlDevs(devs []*devState, gone bool) {
 			// would have told is not known: whether the device is DEAD,
 			// and its flags (UBLK_F_USER_RECOVERY: kept for the next
 			// server when its daemon is gone).
-			st := StepResult{Name: "GET_DEV_INFO", Start: start, Duration: time.Since(start), Err: err.Error(),
-				Result: "the driver's view not read: its state and flags (UBLK_F_USER_RECOVERY) not known"}
-			d.rep.Steps = append(d.rep.Steps, st)
-			r.cfg.logger.WarnContext(r.ctx, "ublk: GET_DEV_INFO", "device", d.cur.ID, "result", st.Result, "err", err)
+			r.infoNotRead(d, start, err)
 		}
 		if why := awaitsRecovery(d, info, infoErr); gone && why != "" {
 			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "kept for recovery", Start: time.Now(), Result: why})
@@ -1847,6 +1844,15 @@ func (r *run) controlDevs(devs []*devState, gone bool) {
 			d.deleted = r.devStep(d, "DEL_DEV", func(ctx context.Context) error { return r.ctl.DelDev(ctx, d.cur.ID) }, nil)
 		}
 	}
+}
+
+// infoNotRead records that GET_DEV_INFO for d, asked at start, failed
+// (err): the driver's view of it is not known.
+func (r *run) infoNotRead(d *devState, start time.Time, err error) {
+	st := StepResult{Name: "GET_DEV_INFO", Start: start, Duration: time.Since(start), Err: err.Error(),
+		Result: "the driver's view not read: its state and flags (UBLK_F_USER_RECOVERY) not known"}
+	d.rep.Steps = append(d.rep.Steps, st)
+	r.cfg.logger.WarnContext(r.ctx, "ublk: GET_DEV_INFO", "device", d.cur.ID, "result", st.Result, "err", err)
 }
 
 // goneFromDriver records that the driver answered GET_DEV_INFO for d,

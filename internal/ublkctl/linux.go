@@ -52,7 +52,21 @@ import (
 // (and one probe) per Control, not one per command, and a command the
 // kernel took and did not answer (STOP_DEV under a hung daemon) is never
 // sent again. EPERM and a command's own errors are not retried, nor
-// ENODEV once the encoded numbers are known. Errors name the plain number
+// ENODEV once the encoded numbers are known.
+//
+// The command sent again goes to whatever device has the ID by then (6.0
+// and 6.1 to 6.1.42 after the probe; 6.1.43 to 6.3 look the device up
+// before they refuse the number, so the first send found the caller's
+// device): one deleted and another added under its ID (the lowest free, to
+// the next ADD_DEV) between the two sends gets the second. The window is
+// one command's round trip (two with the probe) (on the 6.12 guest
+// under TCG, the host loaded: GET_DEV_INFO median 255 µs, p99 9.5 ms, max
+// 32 ms), and a device added under a freed ID answers as soon as its
+// ADD_DEV returns (DEAD, ublksrv_pid -1). The driver has no command that
+// acts on a device only if it is the one meant, so a check in between
+// would have its own window: a caller sends GET_DEV_INFO first, whose
+// resend only reads, and a STOP_DEV or DEL_DEV after it goes once (ublk's
+// step does so, docs/faults.md row 3081). Errors name the plain number
 // when that answered, and both numbers and answers when both were
 // refused.
 //
