@@ -221,6 +221,12 @@ type memControl struct {
 	// operator's `ublk del`, the next pod's cleanup) between the step's
 	// read of sysfs and its GET_DEV_INFO: the driver has none by then.
 	deletedBeforeInfo map[int]bool
+	// lastRefHeld are the devices whose removed disk something still has
+	// open (a holder the step stopped the device under, a VMM's fd): a
+	// DEL_DEV of one removes the device, char device and disk, at once
+	// (the driver's ublk_remove), then waits for its last reference,
+	// which never goes, as the driver's DEL_DEV does.
+	lastRefHeld map[int]bool
 }
 
 // DevInfo answers a device that does not exist as ublkctl.Control does:
@@ -266,7 +272,12 @@ func (c *memControl) StopDev(ctx context.Context, id int) error {
 
 func (c *memControl) DelDev(ctx context.Context, id int) error {
 	c.d.event("DEL_DEV %d", id)
-	return c.tree.DeleteDevice(id)
+	err := c.tree.DeleteDevice(id)
+	if c.lastRefHeld[id] {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return err
 }
 
 func (c *memControl) Close() error { return nil }

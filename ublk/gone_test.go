@@ -92,3 +92,40 @@ func TestAHeldDeviceDeletedBeforeTheLastResortReadsItIsGone(t *testing.T) {
 		assert.NotContains(t, d.Events(), "STOP_DEV 0")
 	})
 }
+
+// The daemon crashes after its first device and leaves ublkb1, whose disk
+// something still has open (a VMM's fd the driver's removal of the disk
+// does not close). The control fallback stops ublkb1 and sends DEL_DEV,
+// which the driver runs as the real one does: it removes the device (its
+// char device and disk leave sysfs, it is marked deleted), then waits for
+// its last reference, the open disk, before it frees the ID. Nothing the
+// step does makes that come: the driver frees the device on its own at the
+// last close. So the step stops waiting once the char device has left
+// sysfs, and says so, instead of waiting to its deadline.
+//
+//	0s   request; the daemon stops and deletes ublkb0
+//	2s   it crashes: ublkb1 live; STOP_DEV 1, DEL_DEV 1 (removed at once)
+//	     the DEL_DEV waits for the last reference, which never goes
+//	2s + a poll: the step ends (before: at its deadline, 60 s)
+func TestADelDevThatRemovedTheDeviceIsNotWaitedForItsLastReference(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		d := newMemDaemon(f.tree, 0, 1)
+		d.crashAfter = 1
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d, lastRefHeld: map[int]bool{1: true}}
+		td, err := New(d, f.config(fixed, ctl, Config{}))
+		require.NoError(t, err)
+		rep, took, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		require.NoError(t, err)
+		assert.LessOrEqual(t, took, 2*time.Second+td.cfg.poll, "ends once the device is removed, not at its deadline")
+		del := stepOf(rep.Device(1), "DEL_DEV")
+		require.NotNil(t, del)
+		assert.Empty(t, del.Err)
+		assert.Contains(t, del.Result, "removed")
+		assert.Contains(t, del.Result, "last reference")
+		assert.Equal(t, VerdictStoppedByControl, rep.Device(1).Verdict)
+		assert.Empty(t, rep.Device(1).Pending)
+	})
+}

@@ -1841,7 +1841,7 @@ func (r *run) controlDevs(devs []*devState, gone bool) {
 				r.notSent(d, "DEL_DEV", why)
 				continue
 			}
-			d.deleted = r.devStep(d, "DEL_DEV", func(ctx context.Context) error { return r.ctl.DelDev(ctx, d.cur.ID) }, nil)
+			d.deleted = r.delDev(d)
 		}
 	}
 }
@@ -1873,6 +1873,65 @@ func (r *run) goneFromDriver(d *devState, start time.Time, err error) {
 		// Another device took the ID since (one whose sysfs entry refresh
 		// could not tell from d's): not the step's.
 		d.cur, d.gone = Device{ID: d.cur.ID}, true
+	}
+}
+
+// errRemoved ends a DEL_DEV's wait once the device's char device has left
+// sysfs (see delDev).
+var errRemoved = errors.New("ublk: the device is removed; the driver frees it at its last reference")
+
+// delDev sends d DEL_DEV (devStep, to the step's end) and reports whether
+// it completed, or removed the device: the driver removes it first (its
+// char device and disk leave sysfs, it is marked deleted), then waits for
+// its last reference before it frees the ID, and that reference may be an
+// opener of its disk that nothing the step does closes (a VMM's fd, kernel
+// state the step stopped the device under). The driver frees the device
+// on its own when that goes, so once the char device has left sysfs
+// (looked at every poll) the step stops waiting and says so. Before, it
+// waited to its deadline, and the Report's DEL_DEV said "not complete",
+// not pending, the device "gone" (docs/faults.md row 3082).
+func (r *run) delDev(d *devState) bool {
+	removed := false
+	done := r.devStep(d, "DEL_DEV", func(ctx context.Context) error {
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			r.awaitCharGone(ctx, d.cur.ID, func() { cancel(errRemoved) })
+		}()
+		err := r.ctl.DelDev(ctx, d.cur.ID)
+		cancel(nil)
+		<-watched
+		if err != nil && errors.Is(context.Cause(ctx), errRemoved) && errors.Is(err, context.Canceled) {
+			removed = true
+			return nil
+		}
+		return err
+	}, nil)
+	if removed {
+		d.rep.Steps[len(d.rep.Steps)-1].Result = "done: the device removed (its char device left sysfs); " +
+			"the driver frees it, and its ID, once its last reference goes (an opener of its disk): not waited for"
+	}
+	return done
+}
+
+// awaitCharGone calls gone once device id's char device is not in sysfs,
+// looked at every poll until ctx ends.
+func (r *run) awaitCharGone(ctx context.Context, id int, gone func()) {
+	tick := time.NewTicker(r.cfg.poll)
+	defer tick.Stop()
+	path := filepath.Join(r.cfg.sysRoot, charClassDir, "ublkc"+strconv.Itoa(id))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if there, err := exists(path); err == nil && !there {
+			gone()
+			return
+		}
 	}
 }
 

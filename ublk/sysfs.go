@@ -17,7 +17,7 @@ import (
 
 // Sysfs locations, relative to the sysfs root (normally /sys).
 const (
-	charClassDir = "class/ublk-char" // ublkcN: from ADD_DEV until the last reference after DEL_DEV
+	charClassDir = "class/ublk-char" // ublkcN: from ADD_DEV until DEL_DEV removes the device, before its wait for the last reference
 	blockDir     = "block"           // ublkbN: while the disk exists (LIVE, QUIESCED, FAIL_IO)
 )
 

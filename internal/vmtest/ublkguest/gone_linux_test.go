@@ -4,6 +4,7 @@ package ublkguest
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -73,5 +74,45 @@ func TestGuestStepTakesADeviceDeletedBeforeItsGETDEVINFOForGone(t *testing.T) {
 		assert.Nil(t, stepNamed(rep, id, name), "%s for a device gone", name)
 	}
 	r.devicesGone()
+	noKernelProblemsSince(t, r.logFrom)
+}
+
+// TestGuestStepDoesNotWaitForTheLastReferenceOfADeviceItDeleted: the
+// daemon crashes when asked to stop, while a "VMM" (this process) still
+// has /dev/ublkb0 open, the step told to stop despite holders. The
+// control fallback sends DEL_DEV, which the real driver runs in two parts:
+// it removes the device (its char device and disk leave sysfs, the device
+// marked deleted), then waits for its last reference, the open disk,
+// before it frees the ID. The step stops waiting once the char device has
+// left sysfs and returns, where it waited to its deadline (docs/faults.md
+// row 3082); the driver frees the device by itself once the VMM closes
+// the disk.
+func TestGuestStepDoesNotWaitForTheLastReferenceOfADeviceItDeleted(t *testing.T) {
+	vmtest.GuestOnly(t)
+	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Crash})
+	id := r.daemon.Devices[0]
+	vmm, err := os.Open(r.disk(id))
+	require.NoError(t, err)
+	defer vmm.Close()
+	deadline := time.Now().Add(8 * time.Second)
+	ctx, cancel := context.WithDeadline(t.Context(), deadline)
+	defer cancel()
+	rep, err := r.step(ublk.Config{HolderWait: 200 * time.Millisecond, StopDespiteHolders: true, RequestTimeout: time.Second,
+		ExitWait: 500 * time.Millisecond, Reserve: 3 * time.Second}).Stop(ctx)
+	returned := time.Now()
+	t.Log(rep.String())
+	require.NoError(t, err)
+	assert.True(t, rep.Daemon.Exited, "crashed")
+	del := stepNamed(rep, id, "DEL_DEV")
+	require.NotNil(t, del, "DEL_DEV through the control device")
+	assert.Empty(t, del.Err)
+	assert.Contains(t, del.Result, "done: the device removed")
+	assert.Equal(t, ublk.VerdictStoppedByControl, rep.Device(id).Verdict)
+	assert.Less(t, returned.Sub(del.Start), time.Second, "returned once the device was removed, %v before its deadline", deadline.Sub(returned))
+	assert.Equal(t, ublkserver.StateDead, r.state(id), "the driver keeps the device while the VMM has its disk open")
+
+	require.NoError(t, vmm.Close())
+	require.Eventually(t, func() bool { return r.state(id) == ublkserver.StateGone }, 10*time.Second, 10*time.Millisecond,
+		"freed by the driver at the last close")
 	noKernelProblemsSince(t, r.logFrom)
 }
