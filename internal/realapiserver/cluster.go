@@ -69,6 +69,7 @@ type Cluster struct {
 	Dir    string
 	client *http.Client
 	server *os.Process // the kube-apiserver's
+	etcd   *os.Process
 }
 
 // Require returns the path of the kube-apiserver and of etcd, or skips the
@@ -109,8 +110,9 @@ func missing(t *testing.T, format string, args ...any) {
 
 // Start starts etcd and the kube-apiserver and returns once the API server
 // is ready. Both are stopped and their directory removed when the test
-// ends.
-func Start(t *testing.T) *Cluster {
+// ends. flags are kube-apiserver flags added to the cluster's own, for
+// example "--goaway-chance=0.02".
+func Start(t *testing.T, flags ...string) *Cluster {
 	t.Helper()
 	apiserver, etcd := Require(t)
 	dir := t.TempDir()
@@ -125,21 +127,21 @@ func Start(t *testing.T) *Cluster {
 	clientPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
 	etcdURL := "http://127.0.0.1:" + clientPort
 	peerURL := "http://127.0.0.1:" + peerPort
-	start(t, dir, "etcd", etcd,
+	c.etcd = start(t, dir, "etcd", etcd,
 		"--data-dir="+filepath.Join(dir, "etcd"), "--name=default",
 		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
 		"--initial-cluster=default="+peerURL, "--log-level=warn")
-	c.server = start(t, dir, "kube-apiserver", apiserver,
-		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+apiPort,
-		"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile, "--cert-dir="+filepath.Join(dir, "certs"),
-		"--client-ca-file="+c.CAFile,
-		"--token-auth-file="+tokens, "--authorization-mode=RBAC",
+	c.server = start(t, dir, "kube-apiserver", apiserver, append([]string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + apiPort,
+		"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile, "--cert-dir=" + filepath.Join(dir, "certs"),
+		"--client-ca-file=" + c.CAFile,
+		"--token-auth-file=" + tokens, "--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+saKey, "--service-account-signing-key-file="+saKey,
+		"--service-account-key-file=" + saKey, "--service-account-signing-key-file=" + saKey,
 		"--service-cluster-ip-range=10.0.0.0/24",
-		"--enable-priority-and-fairness=false", "--profiling=false")
+		"--enable-priority-and-fairness=false", "--profiling=false"}, flags...)...)
 
 	pool := x509.NewCertPool()
 	ca, err := os.ReadFile(c.CAFile)
@@ -295,6 +297,19 @@ func (c *Cluster) Stall(t *testing.T) (resume func()) {
 	must(t, c.server.Signal(syscall.SIGSTOP))
 	var once sync.Once
 	resume = func() { once.Do(func() { must(t, c.server.Signal(syscall.SIGCONT)) }) }
+	t.Cleanup(resume)
+	return resume
+}
+
+// StallEtcd stops etcd (SIGSTOP) until the returned resume is called, or
+// the test ends: the API server answers what it has in memory (/version,
+// authentication by its token file, RBAC from its informers) and holds
+// every request that reads etcd, a GET of a pod first among them.
+func (c *Cluster) StallEtcd(t *testing.T) (resume func()) {
+	t.Helper()
+	must(t, c.etcd.Signal(syscall.SIGSTOP))
+	var once sync.Once
+	resume = func() { once.Do(func() { must(t, c.etcd.Signal(syscall.SIGCONT)) }) }
 	t.Cleanup(resume)
 	return resume
 }

@@ -11,11 +11,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,7 +135,10 @@ func podConfig(t *testing.T, c *realapiserver.Cluster, token string) kube.Config
 }
 
 func TestRealAPIServer(t *testing.T) {
-	c := realapiserver.Start(t)
+	// An HTTP/2 client gets a GOAWAY with one answer in 50, as from an
+	// instance of an HA API server behind a load balancer (the flag's
+	// most); the admin's and kube's own clients speak HTTP/1.
+	c := realapiserver.Start(t, "--goaway-chance=0.02")
 	// The ServiceAccount admission plugin wants the namespace's default
 	// service account, which a controller-manager would create.
 	c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+ns+"/serviceaccounts",
@@ -354,6 +361,63 @@ func TestRealAPIServer(t *testing.T) {
 		rep := d.Shutdown(t.Context())
 		require.NoError(t, rep.Err())
 		assert.Less(t, rep.Budget.Kill.Sub(rep.Budget.Start), 31*time.Second, "the deletion's 30 s")
+	})
+
+	// A read taken on an HTTP/2 connection whose API server sent a GOAWAY
+	// naming it taken, and whose connection then ended with it unanswered
+	// (the instance's process ending, a load balancer dropping the
+	// connection), is sent again at once on the next connection. Go's
+	// transport sends again itself only a request the GOAWAY did not take.
+	//
+	//	etcd stalls ── the read taken on conn 1, unanswered
+	//	reads of /version on conn 1 until one's answer brings a GOAWAY
+	//	(--goaway-chance): the client dials conn 2
+	//	the front ends conn 1 ── etcd resumes ── the read sent again on conn 2
+	t.Run("ReadLostWithAGoAwayIsSentAgain", func(t *testing.T) {
+		created := createPod(t, c, "goaway-0")
+		deletePod(t, c, "goaway-0", 30)
+		front := newFront(t, c.URL)
+		h2 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: clusterCA(t, c), MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true}
+		t.Cleanup(h2.CloseIdleConnections)
+		gets := &podGETs{rt: h2, sent: make(chan struct{})}
+		cfg := podConfig(t, c, realapiserver.PodToken)
+		cfg.Host, cfg.UID, cfg.Client = front.url, string(created.UID), &http.Client{Transport: gets}
+		pod, err := kube.New("goaway-0", cfg)
+		require.NoError(t, err)
+
+		resumeEtcd := c.StallEtcd(t)
+		type read struct {
+			d   kube.Deletion
+			err error
+		}
+		done := make(chan read, 1)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a hang guard
+		defer cancel()
+		go func() {
+			d, err := pod.Deletion(ctx)
+			done <- read{d, err}
+		}()
+		select {
+		case <-gets.sent:
+		case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+			require.Fail(t, "the read was not sent")
+		}
+		probes := 0
+		for ; front.accepted() < 2 && probes < 5000; probes++ {
+			probeVersion(t, h2, front.url)
+		}
+		require.Equal(t, 2, front.accepted(), "no GOAWAY in %d answers", probes)
+		front.endFirst()
+		resumeEtcd()
+		r := <-done
+		first := gets.firstErr()
+		t.Logf("GOAWAY after %d reads of /version; the read lost with conn 1: %v", probes, first)
+		require.NoError(t, r.err)
+		assert.Equal(t, 30*time.Second, r.d.Grace)
+		assert.Equal(t, int32(2), gets.n.Load(), "the read lost and the one sent again")
+		require.Error(t, first, "the first read was lost")
+		assert.False(t, errors.Is(first, io.EOF) || errors.Is(first, io.ErrUnexpectedEOF) || errors.Is(first, syscall.ECONNRESET),
+			"lost after a GOAWAY, not to a bare cut: %v", first)
 	})
 
 	// docs/faults.md row 1030: in a pod, reads are made with the pod's own
@@ -729,4 +793,142 @@ func cutFirstAnswer(t *testing.T, c *realapiserver.Cluster) (string, *atomic.Int
 	front.StartTLS()
 	t.Cleanup(front.Close)
 	return front.URL, &sent
+}
+
+// clusterCA is the pool of the cluster's CA.
+func clusterCA(t *testing.T, c *realapiserver.Cluster) *x509.CertPool {
+	t.Helper()
+	ca, err := os.ReadFile(c.CAFile)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(ca))
+	return pool
+}
+
+// podGETs is a Config.Client's transport that counts the GETs of the pod
+// sent through rt, closes sent once the first was written whole, and keeps
+// the first one's error.
+type podGETs struct {
+	rt   http.RoundTripper
+	sent chan struct{}
+	n    atomic.Int32
+	once sync.Once
+	mu   sync.Mutex
+	err  error
+}
+
+func (g *podGETs) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodGet || !strings.Contains(r.URL.Path, "/pods/") {
+		return g.rt.RoundTrip(r)
+	}
+	first := g.n.Add(1) == 1
+	r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) {
+		if w.Err == nil {
+			g.once.Do(func() { close(g.sent) })
+		}
+	}}))
+	resp, err := g.rt.RoundTrip(r)
+	if first {
+		g.mu.Lock()
+		g.err = err
+		g.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (g *podGETs) firstErr() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+// probeVersion reads /version through rt as the admin: an answer that needs
+// no etcd.
+func probeVersion(t *testing.T, rt http.RoundTripper, base string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/version", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+realapiserver.AdminToken)
+	resp, err := rt.RoundTrip(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// front is a TCP relay on loopback to an API server, as a load balancer in
+// front of one of its instances: it passes each connection's bytes through
+// as they are (TLS end to end), counts the connections, and can end the
+// first, as the instance's process ending does.
+type front struct {
+	url   string
+	ln    net.Listener
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns [][2]net.Conn // each connection's client and server sides, in accept order
+}
+
+func newFront(t *testing.T, target string) *front {
+	t.Helper()
+	u, err := url.Parse(target)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	f := &front{url: "https://" + ln.Addr().String(), ln: ln}
+	f.wg.Add(1)
+	go f.serve(u.Host)
+	t.Cleanup(func() {
+		_ = ln.Close()
+		f.mu.Lock()
+		for _, c := range f.conns {
+			_ = c[0].Close()
+			_ = c[1].Close()
+		}
+		f.mu.Unlock()
+		f.wg.Wait()
+	})
+	return f
+}
+
+func (f *front) serve(backend string) {
+	defer f.wg.Done()
+	for {
+		client, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", backend)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		f.mu.Lock()
+		f.conns = append(f.conns, [2]net.Conn{client, server})
+		f.mu.Unlock()
+		f.wg.Add(2)
+		go f.pipe(client, server)
+		go f.pipe(server, client)
+	}
+}
+
+// pipe copies from one side to the other, and ends both when one ends.
+func (f *front) pipe(dst, src net.Conn) {
+	defer f.wg.Done()
+	_, _ = io.Copy(dst, src)
+	_ = dst.Close()
+	_ = src.Close()
+}
+
+func (f *front) accepted() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.conns)
+}
+
+// endFirst closes the first connection, both its sides.
+func (f *front) endFirst() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_ = f.conns[0][0].Close()
+	_ = f.conns[0][1].Close()
 }
