@@ -81,11 +81,14 @@
 //     (1 s without one; a date, by the API server's clock as the answer's
 //     Date shows it), at most 4 times in all, and only when the wait
 //     ends before the context's deadline (an event's, Config.EventTimeout);
-//     otherwise its *APIError is returned at once. A GET whose connection
-//     was reset or closed before or while its answer came (an API server
-//     instance going away behind the Service, a load balancer's reset; on
-//     HTTP/2, closed after a GOAWAY that named it taken) is sent again at
-//     once, within the same 4; an event's POST is not.
+//     otherwise its *APIError is returned at once. A GET whose answer was
+//     lost (sent whole, as the request's httptrace shows, and failed before
+//     any byte of its answer came or while its body came; or its connection
+//     reset or closed: an API server instance going away behind the
+//     Service, a load balancer's reset; on HTTP/2, a connection ended after
+//     a GOAWAY that named it taken, or gone silent and given up by the
+//     transport's health check) is sent again at once, within the same 4;
+//     not one that Config.Client's own timeout ended, nor an event's POST.
 //   - Record never blocks: events wait in a queue of Config.EventQueue and
 //     are posted one at a time by one goroutine that exists only while there
 //     is something to post, each POST bounded by Config.EventTimeout. An

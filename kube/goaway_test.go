@@ -101,3 +101,98 @@ func TestReadLostWithAGoAwayOnHTTP2IsSentAgainAtOnce(t *testing.T) {
 	<-l.gone
 	assert.Equal(t, int32(1), gets.Load(), "the second connection answered the read sent again")
 }
+
+// A read that Config.Client's own timeout ended, the request sent whole and
+// no answer come, is not taken for an answer lost with its connection: the
+// API server may only be slow, and the client's bound would be waited out
+// again. It fails after one request.
+func TestReadTheClientTimedOutIsNotSentAgain(t *testing.T) {
+	held := make(chan struct{})
+	s := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-held // answers nothing while the test runs, not even once the client gave up
+	}))
+	t.Cleanup(s.Close)
+	t.Cleanup(func() { close(held) })
+	tr := s.Client().Transport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = 50 * time.Millisecond // from the request written whole
+	t.Cleanup(tr.CloseIdleConnections)
+	var sent atomic.Int32
+	client := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent.Add(1)
+		return tr.RoundTrip(r)
+	})}
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte("token-1"), 0o600))
+	cfg := kube.Config{Host: s.URL, Namespace: testNamespace, TokenFile: token, Client: client}
+	_, err := newPod(t, cfg, testPod).Deletion(t.Context())
+	var timeout net.Error
+	require.ErrorAs(t, err, &timeout)
+	assert.True(t, timeout.Timeout(), "%v", err)
+	assert.Equal(t, int32(1), sent.Load(), "sent once")
+}
+
+// silentFirst is a listener whose first connection goes silent when its
+// silence is set: what the server writes on it from then on is dropped, as
+// on a connection to an instance whose node was lost.
+type silentFirst struct {
+	net.Listener
+	silence atomic.Bool
+	first   atomic.Bool
+}
+
+func (l *silentFirst) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil || l.first.Swap(true) {
+		return c, err
+	}
+	return &silentConn{Conn: c, silence: &l.silence}, nil
+}
+
+type silentConn struct {
+	net.Conn
+	silence *atomic.Bool
+}
+
+func (c *silentConn) Write(b []byte) (int, error) {
+	if c.silence.Load() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// Fault (docs/faults.md row 3060): with a Config.Client speaking HTTP/2
+// with health checks (client-go's transports ping after 30 s without a
+// frame), a read taken on a connection that went silent failed when the
+// transport gave the connection up ("http2: client connection lost"). It is
+// sent again at once, on the next connection.
+func TestReadOnAConnectionGoneSilentIsSentAgainAtOnce(t *testing.T) {
+	var gets atomic.Int32
+	pod := podJSON(t, deleted(time.Now().Add(30*time.Second), 30))
+	var l *silentFirst
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if gets.Add(1) == 1 {
+			l.silence.Store(true) // the first read taken, its connection silent
+			<-r.Context().Done()
+			return
+		}
+		pod(w, r)
+	}))
+	l = &silentFirst{Listener: s.Listener}
+	s.Listener = l
+	s.EnableHTTP2 = true
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	tr := s.Client().Transport.(*http.Transport).Clone()
+	tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: 100 * time.Millisecond, PingTimeout: 100 * time.Millisecond}
+	t.Cleanup(tr.CloseIdleConnections)
+
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte("token-1"), 0o600))
+	cfg := kube.Config{Host: s.URL, Namespace: testNamespace, TokenFile: token, Client: &http.Client{Transport: tr}}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a hang guard
+	defer cancel()
+	d, err := newPod(t, cfg, testPod).Deletion(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, d.Grace)
+	assert.Equal(t, int32(2), gets.Load(), "the read lost with the silent connection and the one sent again")
+}

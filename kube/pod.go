@@ -13,12 +13,14 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -921,7 +923,7 @@ const maxAttempts = 4
 // after that wait, when the wait ends before ctx's deadline and fewer than
 // maxAttempts were sent; otherwise its *APIError is returned at once,
 // without waiting for a retry that could not be made. So is a GET whose
-// connection was cut (cutAnswer), at once.
+// answer was lost (lostAnswer), at once.
 func (p *Pod) do(ctx context.Context, method, u string, body []byte, want int, need string) ([]byte, time.Duration, error) {
 	for attempt := 1; ; attempt++ {
 		got, offset, wait, err := p.doOnce(ctx, method, u, body, want, need)
@@ -962,7 +964,8 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	var trace sendTrace
+	req, err := http.NewRequestWithContext(trace.on(ctx), method, u, rd)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -974,7 +977,7 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 	sent := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, 0, cutAnswer(ctx, method, err), err
+		return nil, 0, lostAnswer(ctx, method, err, trace.unanswered()), err
 	}
 	answered := time.Now()
 	offset := clockOffset(resp.Header.Get("Date"), sent, answered)
@@ -983,7 +986,7 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 	var wait time.Duration
 	switch {
 	case err != nil:
-		wait = cutAnswer(ctx, method, err)
+		wait = lostAnswer(ctx, method, err, true) // its body cut
 	case resp.StatusCode == want: // a success (want is a 2xx)
 		p.accepted(token)
 	default:
@@ -1006,38 +1009,67 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 	return got, offset, wait, err
 }
 
-// cutAnswer is how long to wait before a request whose connection failed
-// with err is sent again: at once (a millisecond) for a GET whose
-// connection was reset or closed before or while its answer came (an API
-// server instance going away behind the Service, a load balancer's
-// reset), zero for anything else. A GET changes nothing, and each request
-// has a connection of its own (or Config.Client's next one), so the cut
-// says nothing of the next; client-go retries these GETs too. On HTTP/2
-// (a Config.Client that speaks it) the same cut after the API server's
-// GOAWAY named the GET among the streams it took is goAwayLost's error. Not
-// a refused connection (no API server there now), not a POST (an Event the
-// API server may have created), not ctx's end.
-func cutAnswer(ctx context.Context, method string, err error) time.Duration {
+// lostAnswer is how long to wait before a request that failed with err is
+// sent again: at once (a millisecond) for a GET whose answer was lost,
+// zero for anything else. A GET changes nothing, and each request has a
+// connection of its own (or Config.Client's next one), so the loss says
+// nothing of the next; client-go sends these GETs again too.
+//
+// An answer is lost when the request was written whole and the transport
+// failed before any byte of the answer came or while its body came (taken:
+// the request's httptrace says so, sendTrace), whatever error it made of
+// that, or when the connection was reset or closed (ECONNRESET, EOF): an
+// API server instance going away behind the Service, a load balancer's
+// reset. On HTTP/2 a connection that ends after a GOAWAY naming the GET
+// among the streams the server took is such a loss, which Go's transport
+// does not send again itself (it does a stream past the GOAWAY's last).
+// Only the trace tells it on every transport: net/http's bundled HTTP/2
+// returns an error type it does not export, with no As method (Go issue
+// 74578), and golang.org/x/net/http2, a dependency of this module, exports
+// its GoAwayError only from its own Transport, where Config.Client's
+// transport is the caller's (this package's own client speaks HTTP/1).
+//
+// Not a refused connection (no API server there now: nothing was
+// written), not a timeout (the API server may only be slow, and
+// Config.Client's own bound would be waited out again), not a POST (an
+// Event the API server may have created), not ctx's end.
+func lostAnswer(ctx context.Context, method string, err error, taken bool) time.Duration {
 	if method != http.MethodGet || ctx.Err() != nil {
 		return 0
 	}
-	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || goAwayLost(err) {
+	var timeout net.Error
+	if errors.As(err, &timeout) && timeout.Timeout() {
+		return 0
+	}
+	if taken || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return time.Millisecond
 	}
 	return 0
 }
 
-// goAwayLost reports whether err is HTTP/2's connection closed after a
-// GOAWAY whose last stream ID is the request's or later: the server took
-// the request, so Go's transport does not send it again itself (it does
-// for a stream past the last ID), and closed before answering it (an API
-// server instance shutting down past its in-flight requests, its process
-// ending). net/http's bundled HTTP/2 has the error as an unexported type
-// with no As method, golang.org/x/net/http2 as GoAwayError: both say it
-// in these words.
-func goAwayLost(err error) bool {
-	return strings.Contains(err.Error(), "http2: server sent GOAWAY and closed the connection")
+// sendTrace follows one request through its httptrace: whether it was
+// written whole to a connection, and whether a byte of its answer came.
+// The transport calls the hooks from its own goroutines, which may still
+// run when Do returns after ctx ended.
+type sendTrace struct {
+	written, answered atomic.Bool
 }
+
+// on returns ctx with the trace's hooks added to any ctx has.
+func (s *sendTrace) on(ctx context.Context) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(w httptrace.WroteRequestInfo) {
+			if w.Err == nil {
+				s.written.Store(true)
+			}
+		},
+		GotFirstResponseByte: func() { s.answered.Store(true) },
+	})
+}
+
+// unanswered reports whether the request was written whole and no byte of
+// its answer came: the server took it, and a failure now lost its answer.
+func (s *sendTrace) unanswered() bool { return s.written.Load() && !s.answered.Load() }
 
 // authenticated reports whether an answer of the API server with status
 // code and Status body status (nil: none) shows that it took the request's

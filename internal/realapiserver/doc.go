@@ -10,7 +10,7 @@
 // another audience: the same 401, before the drain too; and a read over
 // HTTP/2 lost with a connection ended after the API server's GOAWAY
 // (--goaway-chance, Start's flags; Cluster.StallEtcd holds the read
-// unanswered). Cluster.ApplyRBAC applies an example's
+// unanswered), or gone silent. Cluster.ApplyRBAC applies an example's
 // rbac.yaml and Cluster.PublishRootCA does what the controller-manager
 // would for a pod's kube-api-access volume, so that internal/realkubelet's
 // kubelet runs pods with the token it gets for them.

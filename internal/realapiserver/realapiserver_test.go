@@ -420,6 +420,58 @@ func TestRealAPIServer(t *testing.T) {
 			"lost after a GOAWAY, not to a bare cut: %v", first)
 	})
 
+	// docs/faults.md row 3060: a read taken on an HTTP/2 connection that
+	// went silent (its API server instance's node lost, a network
+	// partition: no FIN, no reset) failed when the transport's health
+	// check gave the connection up ("http2: client connection lost", as
+	// client-go's transports ping after 30 s without a frame), where the
+	// next connection, through the load balancer, answers at once.
+	//
+	//	etcd stalls ── the read taken on conn 1, unanswered ── conn 1 goes silent
+	//	no frame for 1 s: a PING, unanswered for 1 s ── conn 1 given up
+	//	the read sent again at once on conn 2
+	t.Run("ReadOnAConnectionGoneSilentIsSentAgain", func(t *testing.T) {
+		created := createPod(t, c, "silent-0")
+		deletePod(t, c, "silent-0", 30)
+		front := newFront(t, c.URL)
+		h2 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: clusterCA(t, c), MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true,
+			HTTP2: &http.HTTP2Config{SendPingTimeout: time.Second, PingTimeout: time.Second}}
+		t.Cleanup(h2.CloseIdleConnections)
+		gets := &podGETs{rt: h2, sent: make(chan struct{})}
+		cfg := podConfig(t, c, realapiserver.PodToken)
+		cfg.Host, cfg.UID, cfg.Client = front.url, string(created.UID), &http.Client{Transport: gets}
+		pod, err := kube.New("silent-0", cfg)
+		require.NoError(t, err)
+
+		resumeEtcd := c.StallEtcd(t)
+		type read struct {
+			d   kube.Deletion
+			err error
+		}
+		done := make(chan read, 1)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a hang guard
+		defer cancel()
+		go func() {
+			d, err := pod.Deletion(ctx)
+			done <- read{d, err}
+		}()
+		select {
+		case <-gets.sent:
+		case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+			require.Fail(t, "the read was not sent")
+		}
+		front.silenceFirst()
+		resumeEtcd() // the answer comes, into the silence
+		r := <-done
+		first := gets.firstErr()
+		t.Logf("the read taken on the silent conn 1: %v; connections %d", first, front.accepted())
+		require.NoError(t, r.err)
+		assert.Equal(t, 30*time.Second, r.d.Grace)
+		assert.Equal(t, int32(2), gets.n.Load(), "the read lost and the one sent again")
+		assert.Equal(t, 2, front.accepted(), "the first read on conn 1, the second on conn 2")
+		require.Error(t, first, "the first read was lost")
+	})
+
 	// docs/faults.md row 1030: in a pod, reads are made with the pod's own
 	// token, bound to it, which the API server takes only while the pod is
 	// there with its UID: after a force deletion (kubectl delete --force
@@ -859,13 +911,22 @@ func probeVersion(t *testing.T, rt http.RoundTripper, base string) {
 // front is a TCP relay on loopback to an API server, as a load balancer in
 // front of one of its instances: it passes each connection's bytes through
 // as they are (TLS end to end), counts the connections, and can end the
-// first, as the instance's process ending does.
+// first, as the instance's process ending does, or silence it, as the
+// instance's node lost or a network partition does: no byte gets through
+// any more, and nothing says so.
 type front struct {
-	url   string
-	ln    net.Listener
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns [][2]net.Conn // each connection's client and server sides, in accept order
+	url    string
+	ln     net.Listener
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	relays []*relay // in accept order
+}
+
+// A relay is one connection through the front: its client and server
+// sides.
+type relay struct {
+	client, server net.Conn
+	silent         atomic.Bool
 }
 
 func newFront(t *testing.T, target string) *front {
@@ -880,9 +941,8 @@ func newFront(t *testing.T, target string) *front {
 	t.Cleanup(func() {
 		_ = ln.Close()
 		f.mu.Lock()
-		for _, c := range f.conns {
-			_ = c[0].Close()
-			_ = c[1].Close()
+		for _, r := range f.relays {
+			r.end()
 		}
 		f.mu.Unlock()
 		f.wg.Wait()
@@ -902,33 +962,57 @@ func (f *front) serve(backend string) {
 			_ = client.Close()
 			continue
 		}
+		r := &relay{client: client, server: server}
 		f.mu.Lock()
-		f.conns = append(f.conns, [2]net.Conn{client, server})
+		f.relays = append(f.relays, r)
 		f.mu.Unlock()
 		f.wg.Add(2)
-		go f.pipe(client, server)
-		go f.pipe(server, client)
+		go f.pipe(r, client, server)
+		go f.pipe(r, server, client)
 	}
 }
 
-// pipe copies from one side to the other, and ends both when one ends.
-func (f *front) pipe(dst, src net.Conn) {
+// pipe copies from one side of r to the other, dropping what it reads
+// while r is silent, and ends both sides when one ends.
+func (f *front) pipe(r *relay, dst, src net.Conn) {
 	defer f.wg.Done()
-	_, _ = io.Copy(dst, src)
-	_ = dst.Close()
-	_ = src.Close()
+	defer r.end()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !r.silent.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (r *relay) end() {
+	_ = r.client.Close()
+	_ = r.server.Close()
 }
 
 func (f *front) accepted() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.conns)
+	return len(f.relays)
 }
 
 // endFirst closes the first connection, both its sides.
 func (f *front) endFirst() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	_ = f.conns[0][0].Close()
-	_ = f.conns[0][1].Close()
+	f.relays[0].end()
+}
+
+// silenceFirst drops every byte of the first connection from now on, both
+// ways, its sides left open.
+func (f *front) silenceFirst() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.relays[0].silent.Store(true)
 }
