@@ -13,7 +13,8 @@ import (
 )
 
 // A Child is a real child process in a container of its own, as the
-// kubelet's container runs: a cgroup where this process may make one and
+// kubelet's container runs: PID 1 of a PID namespace of its own, with that
+// namespace's /proc, where this process may make one (PIDNamespace); a cgroup where this process may make one and
 // start a process in it (root), which every process the child starts is in, whatever process
 // group or session it moves to: cgroup v2's where it is mounted (a pure
 // v2 node, or the unified mount beside v1's) and the kernel forks into it
@@ -31,13 +32,18 @@ type Child struct {
 	exited    chan struct{}
 	err       error // from Wait; read after exited is closed
 	container *container
+	pid1      bool // PID 1 of a PID namespace of its own
 	// mu orders the reaping of the child and Kill's SIGKILL of its process
 	// group: once reaped, its PID, the group's ID, may be another process's.
 	mu     sync.Mutex
 	reaped bool
 }
 
-// Start starts cmd in a container of its own and reaps it when it exits.
+// Start starts cmd in a container of its own, as PID 1 of its PID namespace
+// where it can be (Child.PID1), and reaps it when it exits. A cmd that
+// starts as PID 1 is started through /bin/sh, which mounts the namespace's
+// /proc and execs cmd's program in its place: Cmd.Path is the shell's,
+// and the program's argv[0] its path.
 func Start(cmd *exec.Cmd) (*Child, error) { return start(cmd, hierarchies()) }
 
 // start starts cmd in a container of its own, a cgroup in the first of hs
@@ -47,7 +53,11 @@ func start(cmd *exec.Cmd, hs []hierarchy) (*Child, error) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
-	c := &Child{Cmd: cmd, exited: make(chan struct{})}
+	pid1, err := asPID1(cmd)
+	if err != nil {
+		return nil, err
+	}
+	c := &Child{Cmd: cmd, exited: make(chan struct{}), pid1: pid1}
 	ct, err := startContained(hs, cmd, c.reap)
 	if err != nil {
 		return nil, err
@@ -69,6 +79,10 @@ func (c *Child) reap() {
 	c.err = err
 	close(c.exited)
 }
+
+// PID1 reports whether the child runs as PID 1 of a PID namespace of its
+// own, as a pod's container does (PIDNamespace says why not).
+func (c *Child) PID1() bool { return c.pid1 }
 
 // Signal sends sig to the child.
 func (c *Child) Signal(sig os.Signal) error { return c.Cmd.Process.Signal(sig) }

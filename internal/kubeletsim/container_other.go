@@ -2,7 +2,11 @@
 
 package kubeletsim
 
-import "os/exec"
+import (
+	"errors"
+	"os/exec"
+	"runtime"
+)
 
 // A hierarchy is a cgroup hierarchy: there is none.
 type hierarchy struct{}
@@ -33,3 +37,10 @@ func (*container) cgroup() string { return "" }
 // awaitExit returns at once: without waitid's WNOWAIT, the wait is the
 // reaping's own.
 func awaitExit(int) {}
+
+// PIDNamespace returns why Start cannot run a child as PID 1 of a PID
+// namespace of its own: there are none outside Linux.
+func PIDNamespace() error { return errors.New("kubeletsim: no PID namespaces on " + runtime.GOOS) }
+
+// asPID1 leaves cmd a plain child: there are no PID namespaces.
+func asPID1(*exec.Cmd) (bool, error) { return false, nil }

@@ -33,19 +33,18 @@
 // Measured holds the timings the real kubelet showed for the same
 // scenarios; the simulator agrees with them within 0.2 s.
 //
-// Not modelled: the child is not PID 1 of a PID namespace of its own, as a
-// pod's container is. An orphan goes to this machine's init or subreaper,
-// not to the child; a SIGTERM the child has no handler for ends it, where
-// the kernel drops it for a pod's PID 1 (drainkit's servers handle it
-// before they serve, and sandboxd and the gVisor worker put internal/pid1
-// in front of themselves, whose program is no PID 1 either). A process
-// that moves itself out of the container's cgroup outlives the SIGKILL,
-// which a pod's PID namespace would take: runsc, given no cgroupsPath,
-// moves its sandbox and gofer into a cgroup named after the container at
-// the root of each hierarchy it sees, v1's on a host with v1's controllers
-// (there, with the container in cgroup v2, both die with it); in a pod
-// under runc those roots are the container's own cgroup, so the pod's
-// cgroup holds them. An Exec hook
+// The child is PID 1 of a PID namespace of its own, with that namespace's
+// /proc mounted in a mount namespace of its own, as a pod's container runs
+// (PIDNamespace: as root; elsewhere a plain child): a SIGTERM it has no
+// handler for is dropped by the kernel, not its end; an orphan of its
+// descendants is re-parented to it, for it to reap; its exit or SIGKILL
+// ends every process of the namespace, one that moved itself out of the
+// container's cgroup included (runsc, given no cgroupsPath, moves its
+// sandbox and gofer into a cgroup named after the container at the root of
+// each hierarchy it sees). /bin/sh mounts /proc and execs the command in
+// its own place, so the command keeps PID 1.
+//
+// Not modelled: an Exec hook
 // runs beside the container, not in it: its process group dies with the
 // container, a process that left the group does not.
 package kubeletsim

@@ -61,6 +61,8 @@ func TestMain(m *testing.M) {
 		os.Exit(killedWithAChild(os.Getenv("CGROUP_V2") != ""))
 	case "kill-events-unreadable": // in a mount namespace of its own
 		os.Exit(killWithEventsUnreadable())
+	case "as-pid1": // say what the container shows its first process
+		os.Exit(asPID1Role())
 	}
 }
 
@@ -240,6 +242,7 @@ func TestRealChildIgnoringSIGTERMIsKilledWithItsWholeGroup(t *testing.T) {
 		gc, err = strconv.Atoi(string(b))
 		return err == nil
 	}, 10*time.Second, 10*time.Millisecond)
+	gc = hostPIDs(t, child, []int{gc})[0]
 	hook := Exec{Path: "sh", Args: []string{"-c", "sleep 1.2"}}
 	tl, err := Terminate(context.Background(), child, hook, 3*time.Second)
 	require.NoError(t, err)
@@ -250,6 +253,50 @@ func TestRealChildIgnoringSIGTERMIsKilledWithItsWholeGroup(t *testing.T) {
 	require.Error(t, child.Err())
 	require.Eventually(t, func() bool { return !alive(gc) }, 10*time.Second, 10*time.Millisecond,
 		"the grandchild in the group died with it")
+}
+
+// hostPIDs returns the PIDs this machine's /proc gives the processes a
+// child's role wrote down as pids: its own PIDs, of the child's PID
+// namespace, where the child is PID 1 of one (PID1), a process of the
+// machine's under the same number. Each is looked up by its namespace's
+// PID among the processes of the child's namespace (NSpid in
+// /proc/PID/status), while the child runs.
+func hostPIDs(t *testing.T, child *Child, pids []int) []int {
+	t.Helper()
+	if !child.PID1() {
+		return pids
+	}
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", child.Cmd.Process.Pid))
+	require.NoError(t, err, "the child's PID namespace")
+	inNS := map[int]int{} // the namespace's PID -> the machine's
+	stats, _ := filepath.Glob("/proc/[0-9]*/status")
+	for _, p := range stats {
+		dir := filepath.Dir(p)
+		if link, err := os.Readlink(filepath.Join(dir, "ns/pid")); err != nil || link != ns {
+			continue
+		}
+		status, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(status)) {
+			if ids, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				f := strings.Fields(ids)
+				host, err1 := strconv.Atoi(f[0])
+				own, err2 := strconv.Atoi(f[len(f)-1])
+				if err1 == nil && err2 == nil {
+					inNS[own] = host
+				}
+			}
+		}
+	}
+	out := make([]int, len(pids))
+	for i, pid := range pids {
+		host, ok := inNS[pid]
+		require.True(t, ok, "process %d of the child's namespace not found", pid)
+		out[i] = host
+	}
+	return out
 }
 
 // alive reports whether pid exists and is not a zombie.
@@ -632,6 +679,7 @@ func startDaemonizing(t *testing.T, h hierarchy, exitOnTerm bool) (*Child, []int
 		daemons = readPIDs(pidfile)
 		return len(daemons) == 2
 	}, 10*time.Second, 10*time.Millisecond)
+	daemons = hostPIDs(t, child, daemons)
 	t.Cleanup(func() {
 		for _, pid := range daemons {
 			_ = syscall.Kill(pid, syscall.SIGKILL) // whatever the simulator left

@@ -7,7 +7,10 @@
 //	child := kubeletsimtest.Start(t, exec.Command(server, args...))
 //	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: base + "/drain"}, 6*time.Second)
 //
-// Guarantees: a command that does not start fails the test at once; the test's
+// Guarantees: the child is PID 1 of a PID namespace of its own, with that
+// namespace's /proc, as a pod's container runs (where it cannot be, not
+// root, the test is skipped, failed under CI=true); a command that does not
+// start fails the test at once; the test's
 // cleanup SIGKILLs the child's whole container (kubeletsim.Child: its cgroup
 // where one can be made, and its process group), as the kubelet's SIGKILL
 // takes the container, and waits until the child was reaped, so no process and no
