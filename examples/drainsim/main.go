@@ -15,12 +15,14 @@ import (
 	"github.com/drainkit/drainkit/examples/sandboxd/server"
 	"github.com/drainkit/drainkit/internal/durflag"
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/pid1"
 )
 
 func main() {
 	fakeublk.MainIfDaemon()
 	switch os.Getenv(roleEnv) {
 	case modeDrainkit:
+		pid1.Init() // as sandboxd's main: as PID 1 of its pod's namespace, reap runsc's orphans
 		os.Exit(server.Main(context.Background(), os.Args[1:], os.Stderr))
 	case modeSeed:
 		os.Exit(seedMain(os.Args[1:], os.Stderr))

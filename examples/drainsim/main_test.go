@@ -22,6 +22,7 @@ import (
 	"github.com/drainkit/drainkit/examples/sandboxd/server"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/internal/pid1"
 )
 
 // testServerExitEnv, set in a test, is the exit status the drainkit server
@@ -32,6 +33,7 @@ func TestMain(m *testing.M) {
 	fakeublk.MainIfDaemon()
 	switch os.Getenv(roleEnv) {
 	case modeDrainkit:
+		pid1.Init() // as main does
 		code := server.Main(context.Background(), os.Args[1:], os.Stderr)
 		if c, err := strconv.Atoi(os.Getenv(testServerExitEnv)); err == nil {
 			code = c // a server that failed at its very end (its Report not written, say)
