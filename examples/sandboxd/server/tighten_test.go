@@ -28,10 +28,14 @@ import (
 //
 //	0 s      SIGTERM (grace 60 s): no sandbox; the ublk step asks the hung daemon to stop,
 //	         its kill laid out near its deadline, about 53 s
-//	~0 s     a deletion read: SIGKILL at 6 s, the step's deadline about 4 s
+//	R        the daemon logs "request shutdown"; a deletion read then: SIGKILL at R + 6 s,
+//	         the step's deadline about R + 4 s
 //	before:  the step cancelled there, the daemon never killed, left running
 //	after:   the stages laid out again by then: the daemon killed within the new window,
 //	         then reaped (its exit, however late a loaded machine schedules it)
+//
+// The new SIGKILL counts from the daemon's line, not from the SIGTERM: a drain that a
+// loaded machine starts late leaves the step the same 6 s.
 func TestUblkStepIsLaidOutAgainWhenTheBudgetMovesSIGKILLEarlier(t *testing.T) {
 	daemonHook = func(c *fakeublk.DaemonConfig) { c.Mode = fakeublk.Hung }
 	ublkHook = func(h *ublkhook.Hooks) { h.KernelRelease = "6.14.8" } // fixed: the kill is allowed
@@ -46,24 +50,25 @@ func TestUblkStepIsLaidOutAgainWhenTheBudgetMovesSIGKILLEarlier(t *testing.T) {
 	defer s.Close()
 	b := s.Drainer().Budget()
 	b.OnSIGTERM(time.Now())
-	moved := make(chan time.Time, 1)
+	sigkill := make(chan time.Time, 1)
 	go func() {
 		// Once the step has asked the daemon to stop: its stages are laid out.
 		events := filepath.Join(cfg.StateDir, EventLogFile)
 		for !strings.Contains(readEvents(events), "request shutdown") {
 			time.Sleep(10 * time.Millisecond)
 		}
-		b.Tighten(b.Start().Add(6 * time.Second))
-		moved <- time.Now()
+		kill := time.Now().Add(6 * time.Second)
+		b.Tighten(kill)
+		sigkill <- kill
 	}()
 	rep := s.Drainer().Shutdown(context.Background())
-	at := <-moved
+	kill := <-sigkill
 
 	step := rep.Phase("ublk")
 	require.NotNil(t, step)
-	t.Logf("budget moved %v into the drain; step %s by %v (deadline %v): %s", at.Sub(b.Start()), step.Result,
-		step.End.Sub(b.Start()), step.Deadline.Sub(b.Start()), step.Error)
-	assert.True(t, step.Deadline.Before(b.Start().Add(6*time.Second)), "the step's deadline moved before the new SIGKILL")
+	t.Logf("budget moved %v into the drain (SIGKILL at + %v); step %s by %v (deadline %v): %s", kill.Add(-6*time.Second).Sub(b.Start()),
+		kill.Sub(b.Start()), step.Result, step.End.Sub(b.Start()), step.Deadline.Sub(b.Start()), step.Error)
+	assert.True(t, step.Deadline.Before(kill), "the step's deadline moved before the new SIGKILL")
 	td, ok := step.Detail.(*ublk.Report)
 	require.True(t, ok, "the teardown's account is the step's Detail: %T", step.Detail)
 	assert.True(t, td.Daemon.Killed, "the hung daemon killed within the step's new window: %s", td.String())
