@@ -32,7 +32,8 @@ import (
 // budget's OnHookAbandoned, as drain's Shutdown takes it (OnSIGTERM with
 // none open), and the teardown follows the deadline it moves to. Real
 // processes, -grace 12 s, a daemon that ignores its SIGTERM with a live
-// device, SIGTERM about 1 s after the server's death:
+// device, SIGTERM once the teardown has asked the daemon to stop (the
+// before measured with it 1 s later still):
 //
 //	before: the teardown's deadline T0 + 10.5 s, SIGTERM + 9.2 s: 7 s past
 //	        SIGKILL, the Report not written by then
@@ -48,9 +49,10 @@ func TestSIGTERMWithThePreStopOpenDuringTheTeardownMovesItsDeadline(t *testing.T
 	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 503 }, 10*time.Second, 10*time.Millisecond,
 		"the preStop wait began: readiness 503")
 	require.NoError(t, syscall.Kill(serverOf(t, sup, "stubserver"), syscall.SIGKILL), "the server dies on its own")
+	// The kubelet's grace runs out a while into the teardown: once the daemon was asked
+	// to stop, which it ignores, and the teardown waits for it with its device live.
 	require.Eventually(t, func() bool { return strings.Contains(readFile(t, logFile), "ublk: request stop") }, 10*time.Second, 10*time.Millisecond,
 		"the teardown asked the daemon to stop")
-	time.Sleep(time.Second) // the kubelet's grace runs out a while into the teardown
 	select {
 	case code := <-hookDone:
 		require.Failf(t, "the preStop wait ended", "status %d", code)
@@ -93,7 +95,8 @@ func sigtermTakenAt(t *testing.T, log string) time.Time {
 // termination (no preStop call) counted -grace from the SIGTERM, the pod's
 // deletion unread: a deletion with a shorter grace left the teardown laid
 // out past its SIGKILL. -grace 12 s, the pod deleted with a grace of 4 s
-// and SIGTERM 1 s into the teardown of a daemon that ignores its SIGTERM:
+// and SIGTERM once the teardown has asked a daemon that ignores its SIGTERM
+// to stop (the before measured with it 1 s later still):
 //
 //	before: the teardown's deadline SIGTERM + 9.5 s, 5.5 s past SIGKILL
 //	now:    SIGTERM + 2.1 s (the deletionTimestamp's whole second, less
@@ -102,9 +105,9 @@ func TestSIGTERMDuringTheTeardownWithNoPreStopFollowsThePodsDeletion(t *testing.
 	served, env := podAPI(t)
 	n := startHungDaemonNode(t, append(env, "POD_NAME=agentenv-node-x7k2p")...)
 	require.NoError(t, syscall.Kill(serverOf(t, n.sup, "stubserver"), syscall.SIGKILL), "the server dies on its own, before any termination")
+	// SIGTERM into the teardown: once the daemon was asked to stop, which it ignores.
 	require.Eventually(t, func() bool { return strings.Contains(readFile(t, n.logFile), "ublk: request stop") }, 10*time.Second, 10*time.Millisecond,
 		"the teardown asked the daemon to stop")
-	time.Sleep(time.Second)
 	sigterm := time.Now()
 	served.Pod().Delete(sigterm, 4*time.Second) // kubectl delete --grace-period=4
 	n.sup.signal(t, syscall.SIGTERM)            // the kubelet's: SIGKILL due 4 s after the deletion
