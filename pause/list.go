@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -98,20 +99,25 @@ func (r *run) list() ([]Sandbox, error) {
 // of: made on it, a call that ignores its context held Run past the
 // deadline Tighten set, until it returned.
 //
-// A listing whose every call answered leaves its channel, empty, to the
-// next one (run.answers): a Run of 10 lists twice, and the second listing's
-// channel was two allocations of a Run's 25. One with a call that did not
-// answer (hedged, abandoned) leaves it to that call.
+// A call leaves its answer in the listing's listCalls and wakes the Run
+// goroutine through run.wake, which it waits on anyway (a Tighten), where
+// each listing had a channel of its own to answer on: two allocations of a
+// Run (its answers hold pointers, so their buffer is apart), and one more
+// channel for every select of the wait to lock. Answers are taken in the
+// order the calls gave them, as from a channel. A listing whose every call
+// answered leaves its listCalls, emptied, to the next one (run.calls): a
+// Run of 10 lists twice. One with a call that did not answer (hedged,
+// abandoned) leaves it to that call.
 func (r *run) listOnce() ([]Sandbox, error) {
 	end := r.phaseEnd()
-	answers := r.answers
-	if answers == nil {
-		answers = make(chan listAnswer, 2) // a call that lost never blocks
+	calls := r.calls
+	if calls == nil {
+		calls = new(listCalls)
 	}
-	r.answers = nil
+	r.calls = nil
 	start := time.Now()
-	go r.listInto(answers, false)
-	unanswered := 1       // the calls made that have not answered
+	go r.listInto(calls, false)
+	made, taken := 1, 0   // the calls made, and the answers taken
 	var hedge *time.Timer // none while the Run has no deadline: a Tighten makes it (r.wake)
 	var hedgeAt <-chan time.Time
 	if !end.IsZero() {
@@ -122,19 +128,22 @@ func (r *run) listOnce() ([]Sandbox, error) {
 		if hedge != nil {
 			hedge.Stop()
 		}
-		if unanswered == 0 {
-			r.answers = answers
+		if taken == made {
+			calls.empty()
+			r.calls = calls
 		}
 	}()
 	hedged := false
 	// failed is the error of a call that failed listing nothing while the
 	// other ran. An error, not the answer: the address of an answer
-	// received made every answer a heap allocation.
+	// taken made every answer a heap allocation.
 	var failed error
 	for {
-		select {
-		case a := <-answers:
-			unanswered--
+		// Before each wait: a call pokes after its answer is there, so an
+		// answer that came since the last look is taken before the Run
+		// waits again.
+		for a, ok := calls.take(taken, made); ok; a, ok = calls.take(taken, made) {
+			taken++
 			if a.err != nil && len(a.list) == 0 && hedged && failed == nil {
 				// The other call still runs: the hung one failing at last (the
 				// kernel giving its connection up) or the second failing says
@@ -149,11 +158,14 @@ func (r *run) listOnce() ([]Sandbox, error) {
 				return nil, fmt.Errorf("%w; and the call beside it: %w", failed, a.err)
 			}
 			return a.list, a.err
+		}
+		select {
 		case <-r.wake:
-			// A Tighten moved the phase deadline: the second call comes at
-			// half the time left as it stands (docs/faults.md row 1332).
-			// A wake for another (the last settle of the pass before, a
-			// worker of it ending; see run.wake) moved nothing.
+			// An answer (taken above), or a Tighten that moved the phase
+			// deadline: the second call comes at half the time left as it
+			// stands (docs/faults.md row 1332). A wake for another (the last
+			// settle of the pass before, a worker of it ending; see
+			// run.wake) moved nothing.
 			moved := r.phaseEnd()
 			if moved.Equal(end) {
 				continue
@@ -173,14 +185,18 @@ func (r *run) listOnce() ([]Sandbox, error) {
 			hedged = true
 			r.cfg.log.LogAttrs(r.ctx, slog.LevelWarn, "pause: the Lister has not answered in half the time left to the phase deadline; listing again beside it",
 				slog.Duration("waited", time.Since(start)), slog.String("time_left", fmtLeft(end)))
-			unanswered++
-			go r.listInto(answers, true)
+			made++
+			go r.listInto(calls, true)
 		case <-r.ctx.Done():
-			select { // an answer ready as the phase ended wins over abandoning it
-			case a := <-answers:
-				unanswered--
-				return a.list, a.err
-			default:
+			// An answer there as the phase ended wins over abandoning it,
+			// even one given after a call that has its place and is
+			// writing its answer still: taken stays short of made, and
+			// calls is left to that call.
+			for i := taken; i < made; i++ {
+				if a, ok := calls.take(i, made); ok {
+					taken++
+					return a.list, a.err
+				}
 			}
 			if failed != nil { // the other never answered: the failure says why
 				return nil, failed
@@ -188,6 +204,43 @@ func (r *run) listOnce() ([]Sandbox, error) {
 			return nil, errListAbandoned
 		}
 	}
+}
+
+// listCalls holds the answers of a listing's calls (at most two: the
+// first, and the one made beside it), in the order the calls gave them.
+// A call claims the next place (given), writes its answer there, and then
+// says it is there (ready); the Run goroutine takes them in order, each
+// once it is ready.
+type listCalls struct {
+	answers [2]listAnswer
+	given   atomic.Int32
+	ready   [2]atomic.Bool
+}
+
+// give leaves a, a call's answer, in the next place.
+func (c *listCalls) give(a listAnswer) {
+	i := c.given.Add(1) - 1
+	c.answers[i] = a
+	c.ready[i].Store(true)
+}
+
+// take returns the answer in place i, one of the made calls' places, if
+// it is there.
+func (c *listCalls) take(i, made int) (listAnswer, bool) {
+	if i >= made || !c.ready[i].Load() {
+		return listAnswer{}, false
+	}
+	return c.answers[i], true
+}
+
+// empty makes c as new for the next listing: every call made answered,
+// and its answers were taken. It drops the answers' sandboxes, which are
+// the Lister's.
+func (c *listCalls) empty() {
+	c.answers = [2]listAnswer{}
+	c.given.Store(0)
+	c.ready[0].Store(false)
+	c.ready[1].Store(false)
 }
 
 // A listAnswer is what a call of the Lister returned; second says it was
@@ -198,10 +251,13 @@ type listAnswer struct {
 	second bool
 }
 
-// listInto calls the Lister and sends its answer to answers.
-func (r *run) listInto(answers chan<- listAnswer, second bool) {
+// listInto calls the Lister, leaves its answer in calls and wakes the Run
+// goroutine, which takes it (listOnce) or, if the listing is over, never
+// looks at it.
+func (r *run) listInto(calls *listCalls, second bool) {
 	list, err := r.callList()
-	answers <- listAnswer{list, err, second}
+	calls.give(listAnswer{list, err, second})
+	r.poke()
 }
 
 // listHedgeShare is the share of the time left to the phase deadline, as

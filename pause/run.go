@@ -83,14 +83,16 @@ type run struct {
 
 	// wake wakes the Run goroutine, the one that waits on it (listOnce,
 	// waitRoom, await): room below the limit, a worker that ended, the
-	// last preserve of a pass settled, a Tighten (poke). One channel for
-	// all, where each had its own (a channel is an allocation of a Run):
-	// the Run goroutine waits for one thing at a time, and re-reads what it
-	// waits for when woken, so a wake meant for another is only a look.
+	// last preserve of a pass settled, a Tighten, a listing's answer
+	// (poke). One channel for all, where each had its own (a channel is an
+	// allocation of a Run): the Run goroutine waits for one thing at a
+	// time, and re-reads what it waits for when woken, so a wake meant for
+	// another is only a look.
 	wake chan struct{}
-	// answers is the channel of a listing whose every call answered, empty:
-	// the next listing's (listOnce), which makes one only when none is here.
-	answers chan listAnswer
+	// calls is where the calls of a listing whose every call answered left
+	// their answers, emptied: the next listing's (listOnce), which makes
+	// one only when none is here.
+	calls *listCalls
 
 	// The adaptive limit (see limit.go); mu guards what follows it while
 	// workers run.
