@@ -40,8 +40,8 @@ func (r *run) units(e *Entry) float64 {
 
 // tick advances the in-flight integral to now. The caller holds r.mu.
 func (r *run) tick(now time.Time) {
-	if now.After(r.areaAt) {
-		r.area += float64(r.inflight) * float64(now.Sub(r.areaAt))
+	if d := now.Sub(r.areaAt); d > 0 { // one comparison of the clock readings, where After and Sub made two
+		r.area += float64(r.inflight) * float64(d)
 		r.areaAt = now
 	}
 }
@@ -72,7 +72,7 @@ func (r *run) unstartedLocked(u float64, now time.Time) {
 	r.inflightUnits -= u
 }
 
-// endedLocked accounts for t, whose entry is e, ending with res, feeds
+// endedLocked accounts for t, whose entry is e (written: Entry.end), ending with res, feeds
 // the climber a sample when t was preserved at its first attempt (and is
 // no preserve again), and
 // applies the limit it returns; area0 is the in-flight integral when t started (startedLocked;
@@ -82,7 +82,7 @@ func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) {
 	r.tick(res.end)
 	r.inflight--
 	r.inflightUnits -= u
-	d := res.end.Sub(e.Start)
+	d := e.Duration
 	// A preserve again (e.Relisted) is no sample of the level: a round
 	// trip when the listing lagged the pause, or what changed since a
 	// resume; as it feeds no Estimator, it moves no limit. The rule is

@@ -286,16 +286,17 @@ func (t *task) settle(ps *pass, res *result, worker bool, area0 float64) (bool, 
 // the preserve of e, settled with res, if it was preserved. A preserve
 // again says little of how long one takes: instant when the server had the
 // sandbox paused (a lagging listing), shorter than the first when it
-// writes what changed since a resume.
+// writes what changed since a resume. e is written already (Entry.end):
+// its Duration is the time, taken once for the Report, the Estimator, the
+// climber and the metrics, where each took it from the clock readings.
 func (r *run) observe(e *Entry, res *result) {
 	if res.outcome != Preserved || e.Relisted > 0 {
 		return
 	}
-	took := res.end.Sub(e.Start)
 	if r.cfg.estimator != nil {
-		r.cfg.estimator.Observe(took)
+		r.cfg.estimator.Observe(e.Duration)
 	}
-	r.p.rate.observe(e.Size, took)
+	r.p.rate.observe(e.Size, e.Duration)
 }
 
 // final settles a task at the end of its pass: one never started is

@@ -74,11 +74,12 @@ func outcomeIndex(o Outcome) int {
 	return 0
 }
 
-// outcome records a settled sandbox.
+// outcome records a settled sandbox, whose entry e is written (Entry.end):
+// its Duration is the time from its first attempt to its outcome, res.
 func (tel *telemetry) outcome(ctx context.Context, e *Entry, res *result) {
 	i := outcomeIndex(res.outcome)
 	tel.count.Add(ctx, 1, tel.add[i]...)
 	if res.outcome != NotStarted {
-		tel.duration.Record(ctx, res.end.Sub(e.Start).Seconds(), tel.record[i]...)
+		tel.duration.Record(ctx, e.Duration.Seconds(), tel.record[i]...)
 	}
 }
