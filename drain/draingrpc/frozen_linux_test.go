@@ -38,8 +38,8 @@ const handlerWrapUp = 15 * time.Millisecond
 // the step's detail said grpc's Stop "did not return after the deadline,
 // left running", blaming a connection in its handshake, where it had
 // returned in time, and Stop counted the RPCs as a held Stop does. The
-// wait is now made of two halves, the second from when Stop, awake past
-// the first, has seen it end. The child freezes itself (SIGSTOP) as its
+// wait now counts only the time Stop, awake, saw pass on time
+// (bounded.Within). The child freezes itself (SIGSTOP) as its
 // handler's context is cancelled, so the freeze falls inside the wait
 // however loaded the machine.
 //

@@ -1,8 +1,9 @@
 // Package bounded calls a function that may ignore its context, and stops
-// waiting for it a fixed slack after the context ends (of the time the
-// process ran: see Call): drainkit's one "abandon a call" mechanism, for
-// the Lister, the Preserver and the drain's steps. A panic in the function is recovered and returned as an error with
-// its stack, so a user's bug ends in the Report, not in a crashed process.
+// waiting for it a fixed slack after the context ends: drainkit's one
+// "abandon a call" mechanism, for the Lister, the Preserver and the
+// drain's steps. A panic in the function is recovered and returned as an
+// error with its stack, so a user's bug ends in the Report, not in a
+// crashed process.
 //
 // An abandoned call's goroutine keeps running until the function returns;
 // nothing can stop a function that ignores its context, and the process is
@@ -10,4 +11,35 @@
 //
 //	report, err := bounded.Call(ctx, 100*time.Millisecond, preserver.Run)
 //	if errors.Is(err, bounded.ErrAbandoned) { ... }
+//
+// # The slack is time the process ran
+//
+// A process that does not run for a while (a container at its CPU quota,
+// whose threads CFS bandwidth control stops until the next period; a node
+// at load 25; a SIGSTOP) runs again with every timer due at once: a wait
+// that gives up then, and the call that was returning, are both due, and
+// the wait can win, naming a hang a call that heeded its context. So the
+// slack (Slack, which Call, Within and pause's wait for its preserves
+// use) is counted in the time the waiting goroutine saw pass, awake:
+//
+//   - it starts when the waiter, awake, has seen the context end, not at
+//     the deadline;
+//   - it runs in stretches of at most 5 ms; each counts its length, less
+//     how late the waiter saw it end past the 1 ms a running process's
+//     timers can be late: a stretch seen 6 ms late or more counts
+//     nothing, since the process (or the waiter) was stopped for an
+//     unknown part of it, and what the waiter waits for with it; the next
+//     stretch starts when the waiter has seen that;
+//   - the waiter gives up only once the stretches it counted make the
+//     whole slack, and a value that is ready then still wins.
+//
+// So a stop of the process costs the waited-for call at most one stretch
+// of its slack (5 ms, and the 1 ms), and nothing when it lasts 11 ms or
+// more, however many stops there are and however long. With the process
+// running, a call that hangs is abandoned the slack after the waiter saw
+// its context end, and the latency of the waiter's wakes (in virtual
+// time, exactly the slack); each stop adds itself and at most a stretch.
+// A process that never runs for a stretch without being held never gives
+// up, as a frozen one never would. (docs/faults.md rows 2861, 2941, 2940,
+// 3020.)
 package bounded

@@ -1,0 +1,67 @@
+package bounded
+
+import "time"
+
+// stretch is the longest stretch of a Slack counted at once, and jitter
+// how late a running process sees its timers: a few hundred µs (at load
+// 10 on a 2-core machine shared with 6 test runs, 190 µs at the median,
+// 2.5 ms at the 99th percentile of 400). A stretch seen later counts its
+// length less its lateness past jitter (nothing when that is longer): a
+// process stopped by CFS bandwidth control until its next period, or by
+// SIGSTOP, sees it tens or hundreds of ms late, and the goroutines it
+// waits for, stopped with it, ran that much less; a loaded node's
+// scheduler holds them all a few ms at each wake. Short stretches fit
+// between the stops of a container at its quota (at 50 ms of every 100
+// ms, most of them), so a slack runs out there in time the process ran,
+// where longer ones would end in a stop every time and never count.
+const (
+	stretch = 5 * time.Millisecond
+	jitter  = time.Millisecond
+)
+
+// A Slack is a wait of a given length counted in the time its waiter saw
+// pass on time, not in wall time: a process frozen inside it does not
+// spend it (see the package's doc). It is one goroutine's: the one that
+// waits on C and calls Spent.
+type Slack struct {
+	left  time.Duration // not yet seen pass on time
+	cur   time.Duration // the stretch the timer runs
+	timer *time.Timer
+	due   time.Time // the stretch's end
+}
+
+// NewSlack starts a slack of d from now: its first stretch, at most stretch
+// long. Stop it when done with it.
+func NewSlack(d time.Duration) *Slack {
+	s := &Slack{left: max(d, 0)}
+	s.cur = min(s.left, stretch)
+	s.due = time.Now().Add(s.cur)
+	s.timer = time.NewTimer(s.cur)
+	return s
+}
+
+// C is the channel on which the current stretch ends: once it fired and
+// was read, call Spent.
+func (s *Slack) C() <-chan time.Time { return s.timer.C }
+
+// Spent, called once C fired and was read, counts the stretch that ended
+// (its length, less how late past jitter this goroutine saw it end) and
+// reports whether the whole slack has been counted; if not, it starts the
+// next stretch, from now. A stretch seen late counts less, or nothing:
+// its process, or this goroutine, did not run for part of it (how much is
+// unknown), and what the slack waits for may have been stopped with it.
+func (s *Slack) Spent() bool {
+	now := time.Now()
+	lateness := max(now.Sub(s.due)-jitter, 0)
+	s.left -= max(s.cur-lateness, 0)
+	if s.left <= 0 {
+		return true
+	}
+	s.cur = min(s.left, stretch)
+	s.due = now.Add(s.cur)
+	s.timer.Reset(s.cur) // fired, and read: no stale tick
+	return false
+}
+
+// Stop stops the slack's timer.
+func (s *Slack) Stop() { s.timer.Stop() }
