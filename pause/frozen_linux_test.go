@@ -184,3 +184,96 @@ func (w wrapsUp) Preserve(ctx context.Context) error {
 	time.Sleep(slackWrapUp)
 	return err
 }
+
+// frozenAgainChild names, in the environment of a test binary run again,
+// the Run it makes: one whose process its Preserves freeze again and
+// again inside the slack its wait gives them past the hard deadline.
+const frozenAgainChild = "DRAINKIT_PAUSE_FROZEN_AGAIN_CHILD"
+
+const (
+	againFreezes = 3                      // of the process, as its Preserves return
+	againFrozen  = 100 * time.Millisecond // each: longer than ReturnSlack
+	againRun     = 3 * time.Millisecond   // the Preserves' run before each freeze, and after the last
+)
+
+// Fault: past row 2940 the Run's slack (ReturnSlack, 20 ms) was waited in
+// two halves, the second from when the Run, awake past the first, had
+// seen it end: one freeze per half. A process frozen again inside the
+// second half (a container at its CPU quota, stopped every period; a
+// loaded node) ran again with the Run's wait due to give up and its
+// Preserves' returns due too, and the wait could give up first:
+// Preserves that heed their context, needing 12 ms of the 20, named
+// "Preserve ignored its context past the deadline; abandoned", a hang.
+// The Run's slack is now internal/bounded's: the time it saw pass on
+// time, however many freezes. The first Preserve to come to each freeze
+// makes it (SIGSTOP), so the freezes fall where they must however
+// loaded the machine.
+//
+//	0            the child starts 16 preserves that, once their context ends, run 3 ms
+//	             and freeze the process, 3 times, and return 3 ms after the last
+//	1 s          the hard deadline: their contexts end; the first freeze 3 ms later
+//	+100 ms ×3   the test lets it run (SIGCONT) each time
+//	then         its Report: 16 timed out, none abandoned
+func TestPreservesReturningAsTheirProcessIsFrozenAgainAndAgainAreNotAbandoned(t *testing.T) {
+	if os.Getenv(frozenAgainChild) != "" {
+		runFrozenAgainChild(t)
+		return
+	}
+	child := proctest.Again(t, frozenAgainChild)
+	for range againFreezes {
+		child.AwaitStop(t)
+		time.Sleep(againFrozen)
+		child.Thaw(t)
+	}
+	var rep pause.Report
+	child.Decode(t, map[string]any{"report": &rep})
+	require.Len(t, rep.Entries, frozenPreserves)
+	abandoned := 0
+	for _, e := range rep.Entries {
+		assert.Equal(t, pause.TimedOut, e.Outcome, e.ID)
+		if e.Abandoned() {
+			abandoned++
+		}
+	}
+	assert.Zero(t, abandoned, "of %d Preserves needing %v of the slack, their process frozen %d times", frozenPreserves, (againFreezes+1)*againRun, againFreezes)
+}
+
+// runFrozenAgainChild is the child's Run: 16 preserves that freeze the
+// process 3 times as they return (freezesAgain), a hard deadline 1 s
+// away; then the Report.
+func runFrozenAgainChild(t *testing.T) {
+	freezes := make([]sync.Once, againFreezes)
+	var sbs []pause.Sandbox
+	for i := range frozenPreserves {
+		sbs = append(sbs, freezesAgain{prompt{fmt.Sprint("freezes-again-", i)}, freezes})
+	}
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }), pause.Config{Limit: frozenPreserves})
+	require.NoError(t, err)
+	hard := time.Now().Add(time.Second)
+	ctx, cancel := context.WithDeadline(t.Context(), hard.Add(-500*time.Millisecond))
+	defer cancel()
+	rep := p.Run(ctx, hard)
+	j, err := json.Marshal(rep)
+	require.NoError(t, err)
+	fmt.Printf("report %s\n", j)
+}
+
+// freezesAgain is a prompt whose Preserve, once its context ends, runs
+// againRun and freezes its process, unless another did this freeze,
+// againFreezes times, and returns againRun after the last: one that
+// heeds its context but has writes to finish, in a process stopped again
+// and again.
+type freezesAgain struct {
+	prompt
+	freezes []sync.Once
+}
+
+func (f freezesAgain) Preserve(ctx context.Context) error {
+	err := f.prompt.Preserve(ctx)
+	for i := range f.freezes {
+		time.Sleep(againRun)
+		f.freezes[i].Do(func() { _ = proctest.FreezeSelf() })
+	}
+	time.Sleep(againRun)
+	return err
+}

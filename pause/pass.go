@@ -3,6 +3,8 @@ package pause
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/bounded"
 )
 
 // A pass is the queue of one listing pass and the count of its work still
@@ -293,53 +295,67 @@ func (r *run) worker(ps *pass) {
 // package's timer (a goroutine of its own) not run yet, nor the
 // goroutines it wakes, and a wait that gave up then named Preserves that
 // return as their context ends as ones that ignored it (docs/faults.md
-// row 2680). Blocked for the slack, this goroutine's thread runs the
-// goroutines that were woken. The slack itself is waited in two halves,
-// the second from when this goroutine, awake past the first, has seen it
-// end (as internal/bounded.Call waits drain's): a process frozen inside
-// it, while Preserves that heed their context returned, ran again with
-// their returns and this wait's end both due, and a wait that gave up
-// then named them abandoned (docs/faults.md row 2940). With the process
-// running, the total is returnSlack. The hard deadline is read again
-// when Tighten moves it, so that a Preserve ignoring its context holds
-// the Run no longer than the deadline it was tightened to. One tightened
-// to a time already past ended the contexts when it was read (Tighten's
-// cut fires at once): the slack runs from then. A wake that moved
-// neither (see run.wake) leaves the timer as it is.
+// row 2680). The slack itself is internal/bounded's: the time this
+// goroutine saw pass on time, so that however many times the process is
+// frozen inside it, Preserves that heed their context have it all
+// (rows 2940, 3021). With the process running, the total is returnSlack.
+// The hard deadline is read again when Tighten moves it, so that a
+// Preserve ignoring its context holds the Run no longer than the
+// deadline it was tightened to. One tightened to a time already past
+// ended the contexts when it was read (Tighten's cut fires at once): the
+// slack runs from then. A wake that moved neither (see run.wake) leaves
+// the timer, and the slack, as they are.
 func (r *run) await(ps *pass) {
-	var timer *time.Timer
-	var timerC <-chan time.Time
-	var ended <-chan struct{} // the contexts' end, once the hard deadline passed
-	var armed time.Time       // the hard deadline timer is armed for
-	halvesLeft := 0           // of the slack, the timer runs: the contexts ended
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	var w hardWait
+	defer w.stop()
 	for !ps.over() {
-		if until := r.hardline(); !until.Equal(armed) {
-			if timer != nil {
-				timer.Stop()
-			}
-			timer = time.NewTimer(max(time.Until(until), 0))
-			timerC, armed, ended, halvesLeft = timer.C, until, nil, 0
+		if until := r.hardline(); !until.Equal(w.armed) {
+			w.arm(until)
 		}
 		select {
 		case <-r.wake:
-		case <-ended:
-			timer.Reset(returnSlack / 2) // fired, and read: no stale tick
-			timerC, ended, halvesLeft = timer.C, nil, 2
-		case <-timerC:
-			switch halvesLeft {
-			case 0:
-				timerC, ended = nil, r.work.Done()
-			case 1:
+		case <-w.timerC:
+			w.timerC, w.ended = nil, r.work.Done()
+		case <-w.ended:
+			w.ended, w.slack = nil, bounded.NewSlack(returnSlack)
+		case <-w.slackC():
+			if w.slack.Spent() {
 				return
-			default:
-				timer.Reset(returnSlack - returnSlack/2) // fired, and read: no stale tick
-				halvesLeft = 1
 			}
 		}
+	}
+}
+
+// hardWait is await's wait: for the hard deadline it is armed for, then
+// for the preserves' contexts to end, then for the slack.
+type hardWait struct {
+	timer  *time.Timer
+	timerC <-chan time.Time
+	armed  time.Time       // the hard deadline timer is armed for
+	ended  <-chan struct{} // the contexts' end, once the hard deadline passed
+	slack  *bounded.Slack  // once the contexts ended
+}
+
+// arm waits for hard from now on, and for nothing that came before it.
+func (w *hardWait) arm(hard time.Time) {
+	w.stop()
+	w.timer = time.NewTimer(max(time.Until(hard), 0))
+	w.timerC, w.armed, w.ended, w.slack = w.timer.C, hard, nil, nil
+}
+
+// slackC is the slack's channel, or nil before the slack runs.
+func (w *hardWait) slackC() <-chan time.Time {
+	if w.slack == nil {
+		return nil
+	}
+	return w.slack.C()
+}
+
+func (w *hardWait) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if w.slack != nil {
+		w.slack.Stop()
 	}
 }

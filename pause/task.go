@@ -50,9 +50,9 @@ const abandonAfter = time.Second
 // preserves whose context ended at it: a Preserve that returns at once
 // is reported with its own error (TimedOut), and only one that outlives
 // its context by more is abandoned. It runs from when the Run has seen
-// the contexts end (await), not from the deadline, and is waited in two
-// halves, the second from when the Run has seen the first end. It is
-// well under the time drain gives a Preserver to return after its hard
+// the contexts end (await), not from the deadline, and counts the time
+// the Run saw pass on time (internal/bounded's Slack), not wall time. It
+// is well under the time drain gives a Preserver to return after its hard
 // deadline.
 const returnSlack = 20 * time.Millisecond
 
