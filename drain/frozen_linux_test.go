@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"slices"
 	"sync"
@@ -239,4 +242,128 @@ func runFrozenStepChild(t *testing.T) {
 	j, err := json.Marshal(rep.Phase("grpc"))
 	require.NoError(t, err)
 	fmt.Printf("phase %s\n", j)
+}
+
+// frozenReserveChild names, in the environment of this test binary run
+// again, the drain it makes: one whose process a request's handler
+// freezes inside the HTTP step's reserve, between two operations its
+// gate counts.
+const frozenReserveChild = "DRAINKIT_DRAIN_FROZEN_RESERVE_CHILD"
+
+const (
+	reserveFrozen = 400 * time.Millisecond // longer than the step's reserve, 250 ms
+	uploadRest    = 5 * time.Millisecond   // the handler's work, uncounted, once its process runs again
+)
+
+// Fault: the HTTP step's reserve (HTTPServerStep, NewServer's http: the
+// quiet time after the last operation its gate counted, past which what
+// the server still serves is cut) ran in wall time: a process frozen
+// inside it (a container at its CPU quota, a loaded node) ran again with
+// the reserve run out and a handler's next operation due too, and the
+// reserve's end came first: a request whose handler checkpointed a
+// sandbox (exempt), uploaded its image (no operation of the gate's) and
+// was to delete it (exempt) had its connection closed before the delete
+// began, the step failed blaming "a request the gate does not count".
+// The reserve is now time the process was seen to run (internal/bounded).
+// The handler freezes its process itself (SIGSTOP) in the reserve.
+//
+//	0         a migrate request: its checkpoint ends; SIGTERM: the steps run
+//	+20 ms    the http step began (reserve 250 ms); the handler's upload freezes the process
+//	+400 ms   the test lets it run (SIGCONT): the upload ends 5 ms later, the delete
+//	          runs; the client gets "migrated", the step is ok
+func TestHTTPStepReserveOfAProcessFrozenInItDoesNotCutTheNextOperation(t *testing.T) {
+	if os.Getenv(frozenReserveChild) != "" {
+		runFrozenReserveChild(t)
+		return
+	}
+	child := proctest.Again(t, frozenReserveChild)
+	child.AwaitStop(t)
+	time.Sleep(reserveFrozen)
+	child.Thaw(t)
+	var answer struct{ Body, Err string }
+	var p PhaseReport
+	child.Decode(t, map[string]any{"answer": &answer, "phase": &p})
+	assert.Empty(t, answer.Err, "the request was cut")
+	assert.Equal(t, "migrated", answer.Body)
+	assert.Equal(t, OK, p.Result, "%s", p.Error)
+}
+
+// runFrozenReserveChild is the child's drain: a server on loopback whose
+// one request checkpoints (exempt), then, once the http step began,
+// uploads for 20 ms, freezes its process, uploads 5 ms more and deletes
+// (exempt); its client; a step that says the http step is next; then the
+// client's answer and the http step's report.
+func runFrozenReserveChild(t *testing.T) {
+	g := &Gate{Exempt: []Class{Checkpoint, Delete}}
+	httpNext := make(chan struct{})
+	entered := make(chan struct{})
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		if err := gateOp(g, Checkpoint); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		<-httpNext
+		time.Sleep(20 * time.Millisecond) // the image's upload, no operation of the gate's, in the step's reserve
+		if err := proctest.FreezeSelf(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		time.Sleep(uploadRest)
+		if err := gateOp(g, Delete); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "migrated")
+	})}
+	b, err := deadline.New(5*time.Second, deadline.Config{Margin: 500 * time.Millisecond})
+	require.NoError(t, err)
+	mark := step("mark", 10*time.Millisecond, func(context.Context) error { close(httpNext); return nil })
+	none := pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })
+	d, err := New(Config{Budget: b, Gate: g, Sandboxes: none,
+		Steps: []Step{mark, HTTPServerStep("http", srv, 250*time.Millisecond)}, // before srv serves
+		Pause: pause.Config{Estimator: deadline.NewEstimator(10 * time.Millisecond)}})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	answers := make(chan struct{ Body, Err string }, 1)
+	go func() {
+		var a struct{ Body, Err string }
+		a.Body, a.Err = get("http://" + ln.Addr().String() + "/migrate")
+		answers <- a
+	}()
+	<-entered
+	rep := d.Shutdown(t.Context())
+	for prefix, v := range map[string]any{"answer": <-answers, "phase": rep.Phase("http")} {
+		j, err := json.Marshal(v)
+		require.NoError(t, err)
+		fmt.Printf("%s %s\n", prefix, j)
+	}
+	require.ErrorIs(t, <-served, http.ErrServerClosed)
+}
+
+// gateOp is an operation of class c through g, of no time.
+func gateOp(g *Gate, c Class) error {
+	leave, err := g.Enter(c)
+	if err != nil {
+		return err
+	}
+	leave()
+	return nil
+}
+
+// get returns the body of a GET of url, or its error.
+func get(url string) (body, errText string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return string(b), err.Error()
+	}
+	return string(b), ""
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/bounded"
 )
 
 // defaultRetryAfter is the Retry-After a Gate's HTTP middleware sends when
@@ -535,6 +536,11 @@ func httpStep(name string, srv *http.Server, reserve deadline.Reserve) Step {
 // An operation whose handler is in a Write of its response counts as
 // over while no Write returns: its client stopped reading, and its
 // response is cut with the rest, the cause a stalledResponses (row 2181).
+// The reserve is time the process was seen to run (internal/bounded's
+// slack), not wall time: a process frozen inside it (a container at its
+// CPU quota, a loaded node) ran again with the reserve out and a handler's
+// next operation due too, and cut a request whose next operation the
+// process had not yet run to see (row 3022).
 // Without the gate (a Step run by hand) or a reserve, ctx is left alone.
 func boundUncounted(ctx context.Context, reserve deadline.Reserve) (context.Context, context.CancelFunc) {
 	g := gateOf(ctx)
@@ -549,11 +555,7 @@ func boundUncounted(ctx context.Context, reserve deadline.Reserve) (context.Cont
 			}
 			seen := g.progress()
 			r := reserve()
-			t := time.NewTimer(r)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
+			if _, ended := bounded.Within(ctx.Done(), r); ended {
 				return
 			}
 			if g.progress() != seen { // one entered, or a Write returned: the reserve runs again
