@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/drainkit/drainkit/drain"
@@ -131,3 +132,50 @@ func TestAHeldStopCountsItsOwnRPCUnderAGlobalStatsHandlerOfItsOwnContext(t *test
 	err := heldStopOfItsOwnStream(t)
 	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop")
 }
+
+// Fault: the learner's walk read every field of an interface type of the
+// contexts it met, a context's or not, to see whether it held a context,
+// among them a cancelCtx's cause (an error, written under the context's
+// lock by its cancel). A stats handler that ends each RPC with the
+// application (its context cancelled with the application's, through
+// context.AfterFunc, as a server ties its RPCs to its shutdown) had the
+// walk read the cause of the RPC's context while the application's
+// shutdown, on the SIGTERM Stop runs on, wrote it from another goroutine:
+// a data race (go test -race failed), where the walk needs only the
+// fields whose type is a context.
+//
+//	every server           a stats handler: each RPC's context ends with the application's
+//	the application        shuts down: its context cancelled, each RPC's after it
+//	learning the key       at the same time: reads no field the cancel writes
+//
+// It runs in a process of its own: the option is the process's.
+func TestLearningTheKeyReadsNoFieldOfAContextCancelledMeanwhile(t *testing.T) {
+	if !inAProcessOfItsOwn(t) {
+		return
+	}
+	app, shutdown := context.WithCancel(context.Background())
+	withGlobalServerOptions(t, grpc.StatsHandler(endWithTheApp{app: app}))
+
+	shutDown := make(chan struct{})
+	go func() {
+		defer close(shutDown)
+		shutdown()
+	}()
+	require.NotNil(t, learnServerKey(), "grpc's key, learned under the stats handler")
+	<-shutDown
+}
+
+// endWithTheApp is a stats handler that gives each RPC a context cancelled
+// when the application's is.
+type endWithTheApp struct{ app context.Context }
+
+func (s endWithTheApp) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	context.AfterFunc(s.app, cancel)
+	return ctx
+}
+func (endWithTheApp) HandleRPC(context.Context, stats.RPCStats) {}
+func (endWithTheApp) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (endWithTheApp) HandleConn(context.Context, stats.ConnStats) {}

@@ -121,10 +121,10 @@ var contextType = reflect.TypeFor[context.Context]()
 const maxContexts = 1000
 
 // findServerKey walks ctx and the contexts it holds, breadth first: each
-// field of its struct (and of the structs it embeds) that holds a
-// context.Context, whatever the field's name and the context's type (the
-// standard library's embedded Context, WithoutCancel's c, the parent a
-// stats handler's own type keeps), for a context.WithValue whose key is
+// field of its struct (and of the structs it embeds) declared of a type
+// that is a context (isContextField), whatever the field's name and the
+// context's type (the standard library's embedded Context, WithoutCancel's
+// c, the parent a stats handler's own type keeps), for a context.WithValue whose key is
 // of grpc's type serverKey, and returns a key of that type: its zero
 // value, which is the key (an empty struct). It looks at no more than
 // maxContexts contexts, each once.
@@ -167,12 +167,23 @@ func appendContexts(queue []reflect.Value, v reflect.Value) []reflect.Value {
 		switch {
 		case f.Kind() == reflect.Struct && v.Type().Field(i).Anonymous:
 			queue = appendContexts(queue, f)
-		case f.Kind() == reflect.Pointer && !f.IsNil() && f.Type().Implements(contextType),
-			f.Kind() == reflect.Interface && !f.IsNil() && f.Elem().Type().Implements(contextType):
+		case isContextField(f) && !f.IsNil():
 			queue = append(queue, f)
 		}
 	}
 	return queue
+}
+
+// isContextField reports whether field f is declared of a type that is a
+// context (an interface or a pointer type that implements
+// context.Context), which its type alone tells, before any read of f: the
+// other fields of a context may be written while the walk runs (a
+// cancelCtx's cause, under a lock the walk does not take, by a cancel on
+// another goroutine), and a value that is a context (context.WithValue's
+// val) is no part of the chain ctx.Value walks.
+func isContextField(f reflect.Value) bool {
+	k := f.Kind()
+	return (k == reflect.Interface || k == reflect.Pointer) && f.Type().Implements(contextType)
 }
 
 // field is struct v's field of that name, promoted ones included, and
