@@ -88,7 +88,9 @@
 //     Service, a load balancer's reset; on HTTP/2, a connection ended after
 //     a GOAWAY that named it taken, or gone silent and given up by the
 //     transport's health check) is sent again at once, within the same 4;
-//     not one that Config.Client's own timeout ended, nor an event's POST.
+//     not one that Config.Client's own timeout ended, nor one the API
+//     server refused with a TLS alert (a client certificate refused), nor
+//     an event's POST.
 //   - Record never blocks: events wait in a queue of Config.EventQueue and
 //     are posted one at a time by one goroutine that exists only while there
 //     is something to post, each POST bounded by Config.EventTimeout. An

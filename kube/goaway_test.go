@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -195,4 +196,45 @@ func TestReadOnAConnectionGoneSilentIsSentAgainAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 30*time.Second, d.Grace)
 	assert.Equal(t, int32(2), gets.Load(), "the read lost with the silent connection and the one sent again")
+}
+
+// Fault: a read the API server refused with a TLS alert after the request
+// was written (TLS 1.3: the client's handshake ends before the server has
+// verified its certificate, so the client writes its request, then reads
+// the server's alert: a client certificate refused, expired, of an unknown
+// CA) was taken for an answer lost, its request written whole and no byte
+// of an answer come, and sent again at once, 4 times, each a handshake of
+// its own that the server refused the same. The alert is the server's
+// answer: it fails after one.
+func TestReadRefusedByATLSAlertIsNotSentAgain(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "HTTP/1.1", true: "HTTP/2"}[h2], func(t *testing.T) {
+			s := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+				t.Error("a request reached the handler past the refused certificate")
+			}))
+			s.EnableHTTP2 = h2
+			s.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13}
+			var handshakes atomic.Int32
+			s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+				if st == http.StateNew {
+					handshakes.Add(1)
+				}
+			}
+			s.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes it refuses
+			s.StartTLS()
+			t.Cleanup(s.Close)
+			tr := s.Client().Transport.(*http.Transport).Clone() // no client certificate
+			t.Cleanup(tr.CloseIdleConnections)
+
+			token := filepath.Join(t.TempDir(), "token")
+			require.NoError(t, os.WriteFile(token, []byte("token-1"), 0o600))
+			cfg := kube.Config{Host: s.URL, Namespace: testNamespace, TokenFile: token, Client: &http.Client{Transport: tr}}
+			_, err := newPod(t, cfg, testPod).Deletion(t.Context())
+			// The alert's error; on HTTP/2 sometimes the connection's, closed
+			// by the alert before the request's stream began. Each
+			// connection's StateNew came before its handshake, so before Deletion returned.
+			require.Error(t, err)
+			assert.Equal(t, int32(1), handshakes.Load(), "one connection, refused")
+		})
+	}
 }

@@ -1030,7 +1030,8 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 // transport is the caller's (this package's own client speaks HTTP/1).
 //
 // Not a refused connection (no API server there now: nothing was
-// written), not a timeout (the API server may only be slow, and
+// written), not the server's TLS alert (a client certificate refused:
+// tlsAlert), not a timeout (the API server may only be slow, and
 // Config.Client's own bound would be waited out again), not a POST (an
 // Event the API server may have created), not ctx's end.
 func lostAnswer(ctx context.Context, method string, err error, taken bool) time.Duration {
@@ -1041,10 +1042,25 @@ func lostAnswer(ctx context.Context, method string, err error, taken bool) time.
 	if errors.As(err, &timeout) && timeout.Timeout() {
 		return 0
 	}
+	if tlsAlert(err) {
+		return 0
+	}
 	if taken || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return time.Millisecond
 	}
 	return 0
+}
+
+// tlsAlert reports whether err is an alert the server sent on the
+// connection's TLS: its answer, not one lost. On TLS 1.3 the client's
+// handshake ends before the server has verified the client's certificate,
+// so the request is written whole before the alert that refuses the
+// certificate comes, and every resend would get the same. crypto/tls
+// gives a received alert as a *net.OpError of Op "remote error" over its
+// unexported alert type (tls.AlertError is QUIC's alone).
+func tlsAlert(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
 }
 
 // sendTrace follows one request through its httptrace: whether it was
