@@ -444,7 +444,10 @@ type Server interface {
 // served in process by a grpc.Server of its own, which runs no
 // interceptor: grpc logs that server at INFO ("Server created"), and a
 // process-wide stats handler (grpc's observability packages) counts
-// that RPC.
+// that RPC. Stop waits for that RPC no longer than ctx: one that a
+// process-wide stats handler holds (a synchronous export to a collector
+// that does not answer) leaves the RPCs of a held grpc Stop to be told by
+// the socket tables, as the Step's detail says.
 //
 // A nil s (or a nil *grpc.Server in it) is not called: Stop returns an
 // error saying so.
@@ -489,8 +492,10 @@ func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (
 	if gs != nil {
 		// Learned now, once per process (some 0.1 to 1 ms), while the
 		// window is open, not in the slack after the deadline, where a held
-		// Stop reads it.
-		serverKey()
+		// Stop reads it; waited for no longer than the window (a
+		// process-wide stats handler may hold its RPC), which GracefulStop
+		// has meanwhile.
+		awaitServerKey(ctx)
 	}
 	var st *gateState
 	if g != nil {
@@ -532,7 +537,7 @@ const heldStop = "grpc's Stop did not return after the deadline, left running: a
 // said the RPCs still running were another server's: an address is a
 // weaker sign than the *grpc.Server grpc names in each RPC's context, and
 // the Report says what the step's nil rests on.
-const tablesTold = "the RPCs still running were told from the server's own by the socket tables (a socket listening on the address each came in on), not by grpc, whose contexts named no *grpc.Server (a Server that is not one, a grpc-go that no longer names it, or a process-wide server option, grpc's AddGlobalServerOptions, whose stats handler hid where grpc names it in drainkit's own RPC that learns it): " +
+const tablesTold = "the RPCs still running were told from the server's own by the socket tables (a socket listening on the address each came in on), not by grpc, whose contexts named no *grpc.Server (a Server that is not one, a grpc-go that no longer names it, or a process-wide server option, grpc's AddGlobalServerOptions, whose stats handler hid where grpc names it in drainkit's own RPC that learns it, or held that RPC past the deadline): " +
 	"another process's, SO_REUSEPORT group's or network namespace's socket on that address makes an RPC the server's Stop cut read as another server's"
 
 // quietStop is a Step's detail when it called grpc's Stop its reserve

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 	_ "unsafe" // go:linkname, to grpc's process-wide server options
 
 	"github.com/stretchr/testify/require"
@@ -179,3 +180,58 @@ func (endWithTheApp) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.
 	return ctx
 }
 func (endWithTheApp) HandleConn(context.Context, stats.ConnStats) {}
+
+// Fault: the first Stop of a *grpc.Server in a process learned grpc's key
+// (an RPC of drainkit's own, served in process) before anything else and
+// waited for it without bound: a process-wide stats handler that holds an
+// RPC's end (a tracer exporting its span synchronously to a collector
+// that no longer answers, its pod gone with the node's drain) held that
+// RPC too, and Stop returned only when it did, past its deadline.
+//
+//	every server           a stats handler whose End waits for the collector
+//	a (tcp)                a stream runs
+//	Stop(a), 100 ms        learns the key: its RPC's End held
+//	the deadline           grpc's Stop cuts a's stream; Stop returns
+//	the collector          answers only once Stop returned
+//
+// It runs in a process of its own: the key is learned once per process,
+// and the option is the process's.
+func TestStopReturnsByItsDeadlineWhileLearningTheKeyIsHeld(t *testing.T) {
+	if !inAProcessOfItsOwn(t) {
+		return
+	}
+	collector := make(chan struct{})
+	withGlobalServerOptions(t, grpc.StatsHandler(holdEnds{until: collector}))
+	g := &drain.Gate{}
+	a := serve(t, g, "tcp")
+	t.Cleanup(func() { close(collector) }) // before a's own cleanup, whose RPC's End it holds
+	_, err := openStream(t, t.Context(), a.worker)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = Stop(ctx, a.srv, g) // what it says of a's stream is row 2580's tests'
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second): // a hang guard: the collector answers only once Stop returned
+		t.Fatal("Stop still waits, 10 s past its 100 ms deadline, for the RPC that learns grpc's key")
+	}
+}
+
+// holdEnds is a stats handler whose End of an RPC waits until until is
+// closed, as a tracer's synchronous export to a collector that does not
+// answer does.
+type holdEnds struct{ until chan struct{} }
+
+func (holdEnds) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (h holdEnds) HandleRPC(_ context.Context, s stats.RPCStats) {
+	if _, ok := s.(*stats.End); ok {
+		<-h.until
+	}
+}
+func (holdEnds) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (holdEnds) HandleConn(context.Context, stats.ConnStats)                       {}

@@ -14,12 +14,49 @@ import (
 // declared.
 var grpcPkg = reflect.TypeFor[grpc.Server]().PkgPath()
 
+// keyLearning learns grpc-go's context key for the *grpc.Server serving
+// an RPC (learnServerKey), once per process, on a goroutine of its own
+// that the first call starts: its RPC runs the process-wide stats
+// handlers, whose code may hold it (a tracer exporting to a collector that
+// does not answer), and no Stop may wait for it past its deadline.
+var keyLearning = sync.OnceValue(func() *learning {
+	l := &learning{done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		l.key = learnServerKey()
+	}()
+	return l
+})
+
+// learning is keyLearning's: key is set before done is closed.
+type learning struct {
+	done chan struct{}
+	key  any
+}
+
 // serverKey is grpc-go's context key for the *grpc.Server serving an RPC,
-// learned once per process (learnServerKey); nil when it could not be.
-var serverKey = sync.OnceValue(learnServerKey)
+// once learned; nil when it could not be, or is not yet.
+func serverKey() any {
+	l := keyLearning()
+	select {
+	case <-l.done:
+		return l.key
+	default:
+		return nil
+	}
+}
+
+// awaitServerKey starts learning serverKey, when no call did, and waits
+// for it until ctx ends.
+func awaitServerKey(ctx context.Context) {
+	select {
+	case <-keyLearning().done:
+	case <-ctx.Done():
+	}
+}
 
 // serverOf returns the *grpc.Server serving the RPC of ctx, or nil when
-// ctx does not say. grpc-go (v1.85: Server.handleStream) puts the Server
+// ctx does not say, or grpc's key is not learned (awaitServerKey). grpc-go (v1.85: Server.handleStream) puts the Server
 // in every RPC's context before its stats handler and interceptors run,
 // for its own stats, under a key of an unexported type, serverKey, that
 // only grpc's internal packages may read; no exported name of grpc's ties

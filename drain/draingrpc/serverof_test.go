@@ -18,6 +18,7 @@ import (
 // otherwise, where Stop would fall back on the socket tables and their
 // faults.
 func TestServerOfNamesTheServerOfAnRPC(t *testing.T) {
+	awaitServerKey(t.Context())
 	require.NotNil(t, serverKey(), "no key of grpc's type serverKey in an RPC's context (grpc-go v1.85: Server.handleStream's contextWithServer): "+
 		"a held Stop tells RPCs apart by the socket tables alone, rows 2580 to 2585's faults, and says so in its Step's detail (row 2661)")
 	g := &drain.Gate{}
