@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -237,4 +238,46 @@ func TestReadRefusedByATLSAlertIsNotSentAgain(t *testing.T) {
 			assert.Equal(t, int32(1), handshakes.Load(), "one connection, refused")
 		})
 	}
+}
+
+// Fault: a read that Config.Client's transport sent again itself (Go's
+// sends a GET again on a new connection when the kept-alive one it was
+// written on closed unanswered) and whose new connection was refused (no
+// API server there now) was taken for an answer lost: the trace's first
+// write was the request's for the whole of Do. The refused connection,
+// nothing written on it, fails the read after one request.
+func TestReadWhoseTransportsOwnResendWasRefusedIsNotSentAgain(t *testing.T) {
+	pod := podJSON(t, deleted(time.Now().Add(30*time.Second), 30))
+	var gets atomic.Int32
+	var s *httptest.Server
+	s = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if gets.Add(1) == 1 {
+			pod(w, r) // kept alive
+			return
+		}
+		s.Listener.Close() // the API server gone: a new connection is refused
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			c.Close() // the read taken, unanswered
+		}
+	}))
+	t.Cleanup(s.Close)
+	tr := s.Client().Transport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	var sent atomic.Int32
+	client := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent.Add(1)
+		return tr.RoundTrip(r)
+	})}
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte("token-1"), 0o600))
+	cfg := kube.Config{Host: s.URL, Namespace: testNamespace, TokenFile: token, Client: client}
+	p := newPod(t, cfg, testPod)
+	_, err := p.Deletion(t.Context())
+	require.NoError(t, err)
+
+	_, err = p.Deletion(t.Context())
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	assert.Equal(t, int32(2), gets.Load(), "the first read, and the second on the kept-alive connection")
+	assert.Equal(t, int32(2), sent.Load(), "one request a read")
 }

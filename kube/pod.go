@@ -1063,8 +1063,9 @@ func tlsAlert(err error) bool {
 	return errors.As(err, &op) && op.Op == "remote error"
 }
 
-// sendTrace follows one request through its httptrace: whether it was
-// written whole to a connection, and whether a byte of its answer came.
+// sendTrace follows one request through its httptrace: whether the
+// transport's last attempt wrote it whole to a connection, and whether a
+// byte of its answer came.
 // The transport calls the hooks from its own goroutines, which may still
 // run when Do returns after ctx ended.
 type sendTrace struct {
@@ -1074,6 +1075,10 @@ type sendTrace struct {
 // on returns ctx with the trace's hooks added to any ctx has.
 func (s *sendTrace) on(ctx context.Context) context.Context {
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		// Each of the transport's attempts gets a connection first: one it
+		// sends again itself (a GET written on a kept-alive connection that
+		// closed unanswered) is written, or not, anew.
+		GetConn: func(string) { s.written.Store(false) },
 		WroteRequest: func(w httptrace.WroteRequestInfo) {
 			if w.Err == nil {
 				s.written.Store(true)
