@@ -1,6 +1,7 @@
 package deadline
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -52,6 +53,58 @@ func TestRanksAgreeWithSorting(t *testing.T) {
 			t.Fatalf("trial %d: topRank reordered the window", trial)
 		}
 	}
+}
+
+// topRank gives the answer the one loop it was before stop 57's review
+// gave (topRankOneLoop), for every k it is used for, over random windows
+// of every length: random values over the whole range of a Duration,
+// negative ones and both extremes included, few distinct values (ties),
+// and runs in both directions (testWindow). Its two loops are a cheaper
+// way to the same answer, not a new one.
+func TestTopRankAnswersAsItsOneLoopDid(t *testing.T) {
+	rng := rand.New(rand.NewPCG(57, 58))
+	extremes := []time.Duration{math.MinInt64, -1, 0, 1, math.MaxInt64}
+	for trial := range 20_000 {
+		var s []time.Duration
+		if trial%2 == 0 {
+			s = testWindow(rng, trial/2)
+		} else {
+			s = make([]time.Duration, 1+rng.IntN(estimatorWindow))
+			for i := range s {
+				s[i] = time.Duration(rng.Uint64())
+				if rng.IntN(8) == 0 {
+					s[i] = extremes[rng.IntN(len(extremes))]
+				}
+			}
+		}
+		for k := 1; k <= min(len(s), topMax); k++ {
+			if got, want := topRank(s, k), topRankOneLoop(s, k); got != want {
+				t.Fatalf("trial %d: %d-th largest of %v: got %v, the one loop %v", trial, k, s, got, want)
+			}
+		}
+	}
+}
+
+// topRankOneLoop is topRank as it was until stop 57's review: one loop
+// that asked each element whether its list of the largest was full yet.
+func topRankOneLoop(s []time.Duration, k int) time.Duration {
+	var top [topMax]time.Duration // the largest seen, in descending order
+	m := 0                        // how many of top are filled
+	for _, v := range s {
+		if m == k && v <= top[k-1] {
+			continue
+		}
+		j := k - 1 // v replaces the smallest kept
+		if m < k {
+			j = m
+			m++
+		}
+		for ; j > 0 && top[j-1] < v; j-- {
+			top[j] = top[j-1]
+		}
+		top[j] = v
+	}
+	return top[k-1]
 }
 
 // BenchmarkQuantileOfFreshWindows compares the two ways the 90th
