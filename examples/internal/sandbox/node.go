@@ -304,9 +304,9 @@ func (n *Node) Resume(ctx context.Context, id string) (Info, error) {
 	return n.setRunning(e), nil
 }
 
-// An imageDropper is a Runtime whose Resume leaves the image (the fake's), to be removed
-// once the resumed sandbox's record is: removed by Resume, a process killed before the
-// record went came back with the sandbox paused and no image to resume it from.
+// An imageDropper is a Runtime whose Resume leaves the image (the fake's, runsc's), to be
+// removed once the resumed sandbox's record is: removed by Resume, a process killed before
+// the record went came back with the sandbox paused and no image to resume it from.
 type imageDropper interface {
 	DropImage(id string) error
 }

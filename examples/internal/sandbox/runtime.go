@@ -807,6 +807,17 @@ func (r *Runsc) Resume(ctx context.Context, id, image string) error {
 	return r.Runtime.Restore(ctx, id, r.Bundle(id), image, r.log(id))
 }
 
+// DropImage removes the image sandbox id was restored from, once nothing names it: the
+// Node calls it after it removed the resumed sandbox's record (Resume leaves the image,
+// for a process killed before the record went comes back with the sandbox paused by that
+// record). The restored sandbox does not read it again (runsc restore has loaded it), and
+// kept, it held its size of the images volume until the sandbox's next checkpoint or
+// delete: the checkpoint of another sandbox then failed for want of space, which stops
+// that sandbox, its state lost (row 3220). A missing image is no error.
+func (r *Runsc) DropImage(id string) error {
+	return removePresent(r.Image(id))
+}
+
 // Destroy force-deletes the container and removes its bundle and image, those it has.
 // When the container is deleted but they cannot be removed, its error wraps ErrLeftover.
 func (r *Runsc) Destroy(ctx context.Context, id string) error {
@@ -822,7 +833,8 @@ func (r *Runsc) Destroy(ctx context.Context, id string) error {
 
 // ErrLeftover is wrapped by the error of Runsc.Destroy whose container is deleted but
 // whose bundle or image stays on disk, not removable: a read-only volume (ext4 remounted
-// read-only after a disk error) keeps the image a restored sandbox still has. The sandbox
+// read-only after a disk error) keeps the image of a sandbox restored while it was so,
+// which DropImage could not remove. The sandbox
 // is gone; what it left, which no record names once it is dropped, is the next server's
 // sweep's (Node.SweepOrphans).
 var ErrLeftover = errors.New("the sandbox is deleted, but what it left on disk could not be removed")

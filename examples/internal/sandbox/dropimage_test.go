@@ -1,0 +1,73 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/runsc"
+)
+
+// usedBytes is what the volume of dir has in use.
+func usedBytes(t *testing.T, dir string) uint64 {
+	t.Helper()
+	var st syscall.Statfs_t
+	require.NoError(t, syscall.Statfs(dir, &st))
+	return (st.Blocks - st.Bfree) * uint64(st.Bsize)
+}
+
+// Fault (a review of row 3101): a resumed runsc sandbox kept its checkpoint image on the
+// images volume (Runsc had no DropImage, the fake's way to remove it once the record that
+// names it is gone) until its next checkpoint or its delete: nothing will ever restore
+// it, and on a volume with room for one image the next sandbox's checkpoint failed for
+// want of space, which stops the sandbox: lost.
+//
+//	0          a and b run; the images volume has room for 1.5 of a's image
+//	           a paused and resumed: its record removed
+//	           before: its image stays (the volume two-thirds full); after: removed
+//	           b paused: before: no space left on device, b lost; after: paused
+func TestResumedRunscSandboxLeavesNoImageToFillTheVolume(t *testing.T) {
+	n, rt, _ := newRunscNode(t)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := runningCounter(t, ctx, n, rt)
+	b := runningCounter(t, ctx, n, rt)
+	mountImages(t, rt, "256m")
+	images := filepath.Dir(rt.Image(a.ID))
+
+	empty := usedBytes(t, images)
+	_, err := n.Pause(ctx, a.ID)
+	require.NoError(t, err)
+	image := usedBytes(t, images) - empty
+	_, err = n.Resume(ctx, a.ID)
+	require.NoError(t, err)
+	size := empty + image*3/2
+	require.NoError(t, syscall.Mount("", images, "", syscall.MS_REMOUNT, fmt.Sprintf("size=%d", size)),
+		"the images volume shrunk to room for 1.5 images")
+	t.Logf("a's image %d bytes; the volume %d bytes, %d in use after a's resume", image, size, usedBytes(t, images))
+	_, err = os.Stat(rt.Image(a.ID))
+	assert.ErrorIs(t, err, os.ErrNotExist, "a resumed sandbox's image is removed once its record is")
+
+	_, err = n.Pause(ctx, b.ID)
+	require.NoError(t, err, "b's checkpoint finds room for its image")
+	st, err := rt.Runtime.State(ctx, a.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "running", st.Status, "a runs on without its image")
+	waitCount(t, rt.Bundle(a.ID), mustCounter(t, rt.Bundle(a.ID))+1)
+}
+
+// mustCounter returns the counter in bundle b.
+func mustCounter(t *testing.T, b runsc.Bundle) int {
+	t.Helper()
+	c, err := b.Counter()
+	require.NoError(t, err)
+	return c
+}
