@@ -389,12 +389,18 @@ func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
 func TestCheckpointThatOutlivesTheEscalateStepIsNamedNotWaitedFor(t *testing.T) {
 	cfg := runscConfig(t)
 	cfg.Grace = earlyGrace
-	_, _, stop, d, ids := slowWorker(t, cfg, 1)
+	w, _, stop, d, ids := slowWorker(t, cfg, 1)
 	id := ids[0]
 	d.mark("hold", id, "")
 	t.Cleanup(func() { os.Remove(filepath.Join(d.dir, "hold-"+id)) })
 
-	rep := stop() // as SIGTERM would
+	ended := make(chan *drain.Report, 1)
+	go func() { ended <- stop() }() // as SIGTERM would
+	// The worker holds its state directory until the checkpoint ends (row 3221): it ends
+	// once the drain is over.
+	awaitReport(t, w)
+	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
+	rep := <-ended
 	d.calls(rep.Start)
 	esc := rep.Phase("escalate")
 	require.NotNil(t, esc)

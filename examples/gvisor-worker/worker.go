@@ -207,6 +207,9 @@ type stops struct {
 	// errs holds each escalation's error, one a sandbox: the escalations at the preserve
 	// phase's deadline and the escalate step's may both give up on the same checkpoint.
 	errs map[string]error
+	// idle is closed, and dropped, when the last checkpoint in flight ends; nil while
+	// none is in flight or no one waits (whenIdle).
+	idle chan struct{}
 	wg   sync.WaitGroup
 	// early is the parent of the contexts of the escalations begun at the preserve phase's
 	// deadline (escalateEarly), and cut ends it: the escalate step ends them with its own
@@ -275,6 +278,10 @@ func (s *stops) checkpointed(id string, failed bool) {
 	delete(s.checkpointing, id)
 	after := s.after[id]
 	delete(s.after, id)
+	if len(s.checkpointing) == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
 	s.mu.Unlock()
 	for _, then := range after {
 		then(!c.preserved)
@@ -307,6 +314,22 @@ func (s *stops) inFlight() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Collect(maps.Keys(s.checkpointing))
+}
+
+// whenIdle returns a channel closed once no checkpoint of the Preserver's is in flight:
+// closed already when none is.
+func (s *stops) whenIdle() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.checkpointing) == 0 {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	if s.idle == nil {
+		s.idle = make(chan struct{})
+	}
+	return s.idle
 }
 
 // await keeps then to be called when the checkpoints of sandbox id in flight have ended,
@@ -881,8 +904,9 @@ func (w *Worker) writeReport(rep *drain.Report, stopped error) error {
 	return err
 }
 
-// close stops gRPC, the sandbox node's timeouts, the learned rates, the state
-// directory's lock and the signals (SIGTERM stays caught after that in Main's worker,
+// close stops gRPC, waits for the checkpoints the drain abandoned (awaitAbandoned), then
+// stops the sandbox node's timeouts, the learned rates, the state directory's lock and
+// the signals (SIGTERM stays caught after that in Main's worker,
 // until the process exits: config.exits), and reports whether grpc's Stop returned: when it did
 // not (stopWait), Serve has not returned either and is not to be waited for.
 func (w *Worker) close() (grpcStopped bool) {
@@ -893,10 +917,34 @@ func (w *Worker) close() (grpcStopped bool) {
 	if w.grpc != nil {
 		grpcStopped = w.stopGRPC()
 	}
+	w.awaitAbandoned()
 	if w.node != nil {
 		w.node.Close()
 	}
 	return grpcStopped
+}
+
+// awaitAbandoned waits, holding the state directory, for the checkpoints the drain
+// abandoned at the Preserver's hard deadline (they are never cut: held.Preserve) to end,
+// each recorded when it saved its sandbox. Released at once, the directory went to a
+// worker restarted on it (in the same PID namespace: a supervisor's restart, not a new
+// pod's), whose sweep took the sandbox still checkpointing for one lost running and
+// force-deleted it mid-save: the sandbox lost, where its checkpoint would have saved it
+// for that worker to restore (row 3221). The wait has no bound of its own, as those
+// checkpoints have none: in a pod the kubelet's SIGKILL ends it, and with it the
+// checkpoints, as the worker's exit as PID 1 did before.
+func (w *Worker) awaitAbandoned() {
+	inFlight := w.stops.inFlight()
+	if len(inFlight) == 0 {
+		return
+	}
+	slices.Sort(inFlight)
+	start := time.Now()
+	w.logger.Warn("checkpoints the drain abandoned still run: holding the state directory until they end, so that what they save is recorded for the next worker",
+		"ids", inFlight)
+	<-w.stops.whenIdle()
+	w.logger.Info("the checkpoints the drain abandoned have ended; releasing the state directory",
+		"ids", inFlight, "waited", time.Since(start).Round(time.Millisecond))
 }
 
 // stopWait is how long close waits for grpc's Stop. Closing connections takes
