@@ -374,34 +374,8 @@ func TestRealAPIServer(t *testing.T) {
 	//	(--goaway-chance): the client dials conn 2
 	//	the front ends conn 1 ── etcd resumes ── the read sent again on conn 2
 	t.Run("ReadLostWithAGoAwayIsSentAgain", func(t *testing.T) {
-		created := createPod(t, c, "goaway-0")
-		deletePod(t, c, "goaway-0", 30)
-		front := newFront(t, c.URL)
 		h2 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: clusterCA(t, c), MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true}
-		t.Cleanup(h2.CloseIdleConnections)
-		gets := &podGETs{rt: h2, sent: make(chan struct{})}
-		cfg := podConfig(t, c, realapiserver.PodToken)
-		cfg.Host, cfg.UID, cfg.Client = front.url, string(created.UID), &http.Client{Transport: gets}
-		pod, err := kube.New("goaway-0", cfg)
-		require.NoError(t, err)
-
-		resumeEtcd := c.StallEtcd(t)
-		type read struct {
-			d   kube.Deletion
-			err error
-		}
-		done := make(chan read, 1)
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a hang guard
-		defer cancel()
-		go func() {
-			d, err := pod.Deletion(ctx)
-			done <- read{d, err}
-		}()
-		select {
-		case <-gets.sent:
-		case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
-			require.Fail(t, "the read was not sent")
-		}
+		front, gets, resumeEtcd, done := readHeldByEtcd(t, c, "goaway-0", h2)
 		probes := 0
 		for ; front.accepted() < 2 && probes < 5000; probes++ {
 			probeVersion(t, h2, front.url)
@@ -431,35 +405,9 @@ func TestRealAPIServer(t *testing.T) {
 	//	no frame for 1 s: a PING, unanswered for 1 s ── conn 1 given up
 	//	the read sent again at once on conn 2
 	t.Run("ReadOnAConnectionGoneSilentIsSentAgain", func(t *testing.T) {
-		created := createPod(t, c, "silent-0")
-		deletePod(t, c, "silent-0", 30)
-		front := newFront(t, c.URL)
 		h2 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: clusterCA(t, c), MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true,
 			HTTP2: &http.HTTP2Config{SendPingTimeout: time.Second, PingTimeout: time.Second}}
-		t.Cleanup(h2.CloseIdleConnections)
-		gets := &podGETs{rt: h2, sent: make(chan struct{})}
-		cfg := podConfig(t, c, realapiserver.PodToken)
-		cfg.Host, cfg.UID, cfg.Client = front.url, string(created.UID), &http.Client{Transport: gets}
-		pod, err := kube.New("silent-0", cfg)
-		require.NoError(t, err)
-
-		resumeEtcd := c.StallEtcd(t)
-		type read struct {
-			d   kube.Deletion
-			err error
-		}
-		done := make(chan read, 1)
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a hang guard
-		defer cancel()
-		go func() {
-			d, err := pod.Deletion(ctx)
-			done <- read{d, err}
-		}()
-		select {
-		case <-gets.sent:
-		case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
-			require.Fail(t, "the read was not sent")
-		}
+		front, gets, resumeEtcd, done := readHeldByEtcd(t, c, "silent-0", h2)
 		front.silenceFirst()
 		resumeEtcd() // the answer comes, into the silence
 		r := <-done
@@ -855,6 +803,45 @@ func clusterCA(t *testing.T, c *realapiserver.Cluster) *x509.CertPool {
 	pool := x509.NewCertPool()
 	require.True(t, pool.AppendCertsFromPEM(ca))
 	return pool
+}
+
+// A heldRead is how a pod's Deletion read ended.
+type heldRead struct {
+	d   kube.Deletion
+	err error
+}
+
+// readHeldByEtcd creates the pod name, deletes it with a grace of 30 s,
+// and starts its Deletion read through a front (newFront) over h2, with
+// etcd stalled so that the API server holds the read unanswered; it
+// returns once the read is sent. The caller resumes etcd and reads how
+// the read ended from done.
+func readHeldByEtcd(t *testing.T, c *realapiserver.Cluster, name string, h2 *http.Transport) (*front, *podGETs, func(), <-chan heldRead) {
+	t.Helper()
+	created := createPod(t, c, name)
+	deletePod(t, c, name, 30)
+	front := newFront(t, c.URL)
+	t.Cleanup(h2.CloseIdleConnections)
+	gets := &podGETs{rt: h2, sent: make(chan struct{})}
+	cfg := podConfig(t, c, realapiserver.PodToken)
+	cfg.Host, cfg.UID, cfg.Client = front.url, string(created.UID), &http.Client{Transport: gets}
+	pod, err := kube.New(name, cfg)
+	require.NoError(t, err)
+
+	resumeEtcd := c.StallEtcd(t)
+	done := make(chan heldRead, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a hang guard
+	t.Cleanup(cancel)
+	go func() {
+		d, err := pod.Deletion(ctx)
+		done <- heldRead{d, err}
+	}()
+	select {
+	case <-gets.sent:
+	case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+		require.Fail(t, "the read was not sent")
+	}
+	return front, gets, resumeEtcd, done
 }
 
 // podGETs is a Config.Client's transport that counts the GETs of the pod
