@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/budgetconf"
 	"github.com/drainkit/drainkit/internal/gracefit"
 	"github.com/drainkit/drainkit/internal/logonce"
 	"github.com/drainkit/drainkit/internal/planat"
@@ -190,7 +191,10 @@ type Config struct {
 	// built with a longer one is tightened to it), and learns the
 	// kubelet's only when SIGTERM arrives with the hook still open, 2 s
 	// before SIGKILL (deadline.Budget.OnHookAbandoned). It needs Pod, and
-	// must be >= 0.
+	// must be >= 0. New warns when the work it accepts in the pod's grace
+	// does not fit KubeletGrace, naming the smallest that does (drainkit
+	// plan's node verdict): a warning, since the node's configuration may
+	// not be the pod owner's to change.
 	KubeletGrace time.Duration
 
 	// progress hears the Report as it stands at the start of the phases
@@ -525,7 +529,40 @@ func (d *Drainer) makePlan(ownPreserver bool) error {
 		return e
 	}
 	d.plan, d.planned = p, phases
+	d.warnKubeletShortfall(phases)
 	return nil
+}
+
+// warnKubeletShortfall says at Warn, when the work New accepted in the
+// pod's grace does not fit the kubelet's own (Config.KubeletGrace), what a
+// termination the kubelet makes on its own (graceful node shutdown, a soft
+// eviction) would lack, and the smallest kubelet grace that holds it, by
+// drainkit plan's rule for the node's verdict (internal/gracefit). New
+// accepted it without a word, and an operator learned it when a node
+// shutdown lost sandboxes. A warning, not a refusal: the kubelet's grace is
+// the node's configuration, which the pod's owner may not set, and every
+// deletion through the API server gives the pod's grace, which holds the
+// work.
+func (d *Drainer) warnKubeletShortfall(phases []deadline.Phase) {
+	grace := d.budget.Grace()
+	if d.kubelet == 0 || d.kubelet >= grace {
+		return
+	}
+	margin, sleep := budgetconf.Of(d.budget)
+	c := deadline.Config{Margin: margin, PreStopSleep: sleep}
+	at := func(*deadline.Budget) []deadline.Phase { return phases }
+	short := gracefit.NodeShortfall(grace, d.kubelet, c, at)
+	if short == 0 {
+		return
+	}
+	needs := "none up to " + gracefit.Max.String()
+	if least := gracefit.SmallestNode(grace, c, at); least > 0 {
+		needs = least.String()
+	}
+	d.log.Warn("drain: the work does not fit the kubelet's own grace: a termination the kubelet makes on its own (graceful node shutdown, a soft eviction) would lose sandboxes; "+
+		"raise the node's grace for this pod to what it needs (shutdownGracePeriod less shutdownGracePeriodCriticalPods, or evictionMaxPodGracePeriod, in the KubeletConfiguration: "+
+		"drainkit plan -kubelet-config names which) and Config.KubeletGrace ("+EnvKubeletGrace+", or what "+EnvKubeletConfig+"'s file gives) with it",
+		"kubelet_grace", d.kubelet, "short", short, "needs", needs)
 }
 
 // shortfall is New's error when the reserves do not fit in the grace

@@ -25,7 +25,6 @@ import (
 	"github.com/drainkit/drainkit/internal/gracefit"
 	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
-	"github.com/drainkit/drainkit/internal/nodeend"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
 )
@@ -933,7 +932,8 @@ func (in *planInput) plan() (*planResult, error) {
 
 // planNode lays out phases as the server's drain does when the kubelet
 // terminates the pod on its own (nodeBudget), and finds the smallest
-// kubelet grace that holds them by the same arithmetic.
+// kubelet grace that holds them by the same arithmetic, drain.New's
+// warning's (internal/gracefit).
 func (in *planInput) planNode(phases []deadline.Phase) (*nodePlan, error) {
 	b, err := in.nodeBudget(in.kubeletGrace)
 	if err != nil {
@@ -942,33 +942,15 @@ func (in *planInput) planNode(phases []deadline.Phase) (*nodePlan, error) {
 	node := &nodePlan{}
 	node.windows, node.shortfall = atSIGTERM(b, phases)
 	node.fits = node.shortfall == 0 && in.kubeletWrong == ""
-	node.minGrace = gracefit.SmallestWhere(func(kubelet time.Duration) bool {
-		b, err := in.nodeBudget(kubelet)
-		if err != nil {
-			return false
-		}
-		_, short := atSIGTERM(b, phases)
-		return short == 0
-	})
+	node.minGrace = gracefit.SmallestNode(in.grace, in.budgetConfig(), func(*deadline.Budget) []deadline.Phase { return phases })
 	return node, nil
 }
 
 // nodeBudget is the budget of the server's drain when the kubelet
-// terminates the pod on its own with the grace kubelet (drain.Config.KubeletGrace,
-// the Drainer's tightenOwn): SIGKILL moved to T0 + kubelet (Tighten), and
-// the node's end there (internal/nodeend), before which the budget's
-// deadline keeps its margin, at most half the time to it, however SIGTERM's
-// 2 s floor holds SIGKILL. Without the end, a grace under 2 s was laid
-// out to SIGTERM + 2 s less the margin, past the node's end (row 2801).
+// terminates the pod on its own with the grace kubelet
+// (drain.Config.KubeletGrace, the Drainer's tightenOwn): gracefit.NodeBudget.
 func (in *planInput) nodeBudget(kubelet time.Duration) (*deadline.Budget, error) {
-	b, err := in.budget(in.grace)
-	if err != nil {
-		return nil, err
-	}
-	end := b.Start().Add(kubelet) // T0 is SIGTERM less the sleep, as the plan's own
-	b.Tighten(end)
-	nodeend.Set(b, end)
-	return b, nil
+	return gracefit.NodeBudget(in.grace, kubelet, in.budgetConfig())
 }
 
 // newShortfall is by how much phases, checked by plan's NewPlan, do not
@@ -987,19 +969,9 @@ func (in *planInput) budgetConfig() deadline.Config {
 }
 
 // atSIGTERM returns the plan's windows and its shortfall as they are at the
-// budget's SIGTERM, where the drain's work starts (a preStop sleep is
-// spent): what Plan.Windows and Plan.ShortfallFrom return at that instant.
-// Laid out at a fixed instant, not at time.Now as a running drain does, so
-// the same input prints the same plan however long the computing took
-// (a millisecond of a busy machine moved a window's end by one).
+// budget's SIGTERM, where the drain's work starts: gracefit.AtSIGTERM.
 func atSIGTERM(b *deadline.Budget, phases []deadline.Phase) ([]deadline.Window, time.Duration) {
-	st := b.State()
-	windows := deadline.Split(st.SIGTERM, st.Deadline, phases...)
-	var sum time.Duration
-	for _, w := range windows {
-		sum = satAdd(sum, w.Reserve)
-	}
-	return windows, max(sum-max(st.Deadline.Sub(st.SIGTERM), 0), 0)
+	return gracefit.AtSIGTERM(b, phases)
 }
 
 func (res *planResult) print(w io.Writer, in *planInput) {

@@ -1,0 +1,61 @@
+package drain
+
+import (
+	"log/slog"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// New accepted work that the kubelet's own grace (Config.KubeletGrace:
+// graceful node shutdown's slice, a soft eviction's) does not hold without
+// a word, where drainkit plan says DOES NOT FIT for the node's shutdown:
+// an operator learned it when a node shutdown lost sandboxes. The pod's
+// own grace holds the work, so New still starts (the node's setting is not
+// the pod's to change, and every deletion through the API server fits),
+// but says at Warn what a node shutdown would lack and the smallest
+// kubelet grace that holds the work, by drainkit plan's rule
+// (internal/gracefit); at that grace it says nothing, a second less it
+// says it again.
+//
+//	grace 30 s, margin 1 s, one round of 8 s of preserves:
+//	kubelet 6 s: T0 ─ deadline +5 s ─ node's end +6 s: 3 s short → "needs 9s"
+//	kubelet 9 s: T0 ─ deadline +8 s: the round fits
+func TestNewWarnsWhenTheWorkDoesNotFitTheKubeletsOwnGrace(t *testing.T) {
+	needs := regexp.MustCompile(`level=WARN msg="drain: the work does not fit the kubelet's own grace.*" kubelet_grace=(\S+) short=(\S+) needs=(\d+)s`)
+	newWith := func(kubelet time.Duration) string {
+		t.Helper()
+		var logs logbuf.Buffer
+		b, err := deadline.New(30*time.Second, deadline.Config{Margin: time.Second})
+		require.NoError(t, err)
+		node := fakesandbox.NewNode()
+		node.AddN("vm", 4, time.Second)
+		_, err = New(Config{Budget: b, Sandboxes: node, Pod: podWithoutDeletion(t, 0), KubeletGrace: kubelet,
+			Pause:  pause.Config{Limit: 4, Estimator: deadline.NewEstimator(8 * time.Second)},
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		require.NoError(t, err, "the pod's own grace holds the work: New starts")
+		return logs.String()
+	}
+	said := newWith(6 * time.Second)
+	m := needs.FindStringSubmatch(said)
+	require.NotNil(t, m, "no word of the node's shutdown:\n%s", said)
+	assert.Equal(t, "6s", m[1])
+	assert.Equal(t, "3s", m[2], "8 s of work, 5 s before the deadline")
+	assert.Contains(t, said, "Config.KubeletGrace")
+	assert.Contains(t, said, "shutdownGracePeriod")
+	named, err := strconv.Atoi(m[3])
+	require.NoError(t, err)
+	assert.Equal(t, 9, named)
+	assert.NotContains(t, newWith(time.Duration(named)*time.Second), "does not fit the kubelet's own grace", "the grace it named")
+	assert.Contains(t, newWith(time.Duration(named-1)*time.Second), "does not fit the kubelet's own grace", "a second less")
+	assert.NotContains(t, newWith(0), "does not fit the kubelet's own grace", "no kubelet grace declared: nothing to say")
+}
