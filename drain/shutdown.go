@@ -709,6 +709,7 @@ var errBudgetMoved = errors.New("drain: the budget moved SIGKILL earlier: the ph
 // that planned its stages in its deadline at the start (the device
 // teardown's control fallback and kill) ran none of the late ones.
 func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport, ends *preserveEnds, step *stepDeadline) (context.Context, context.CancelFunc) {
+	kill := d.budget.Kill() // what the warning compares with: next runs in follow's one goroutine
 	return follow.Earlier(ctx, d.budget.Changed, func() (time.Time, bool) {
 		w := d.plan.Window(name)
 		if !w.Deadline.Before(p.Deadline) {
@@ -719,8 +720,7 @@ func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport,
 		// The phase had that much less than its reserve: the
 		// budget squeezed it (PhaseReport.Short).
 		p.Short = max(p.Short, p.Reserve-dl.Sub(p.Start))
-		d.log.Warn("drain: the budget moved SIGKILL earlier during a phase: it ends at its new deadline",
-			"phase", name, "deadline", dl, "hard", w.Hard, "kill", d.budget.Kill())
+		kill = d.warnMoved(name, w, kill)
 		// The preserves still running end by the next critical
 		// phase's start, if the hard deadline they run to would
 		// take them past the budget's deadline: a shift of the
@@ -743,6 +743,22 @@ func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport,
 		}
 		return dl, true
 	}, errBudgetMoved)
+}
+
+// warnMoved says at Warn that phase name now ends at w's deadline, and
+// what moved it: SIGKILL, earlier than kill (its previous value, which it
+// returns updated), or the node's end alone (internal/nodeend: the
+// kubelet's own grace under 2 s, read late, which moves the deadline where
+// SIGKILL stays at the kubelet's 2 s after SIGTERM). Saying SIGKILL moved
+// then sent an operator after a deletion that never came.
+func (d *Drainer) warnMoved(name string, w deadline.Window, kill time.Time) time.Time {
+	now := d.budget.Kill()
+	msg := "drain: the budget moved SIGKILL earlier during a phase: it ends at its new deadline"
+	if !now.Before(kill) {
+		msg = "drain: the node's end moved the budget's deadline earlier during a phase, SIGKILL unchanged: it ends at its new deadline"
+	}
+	d.log.Warn(msg, "phase", name, "deadline", w.Deadline, "hard", w.Hard, "kill", now)
+	return now
 }
 
 // preserveAfterInFlight is the end of a preserve phase that began with
