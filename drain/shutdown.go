@@ -566,6 +566,7 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 // and that the estimate is not what to change.
 func (d *Drainer) underestimated(ctx context.Context, pr *pause.Report, planned time.Duration) string {
 	var ratios []float64
+	var took []time.Duration // of the preserves counted with planned, the Estimator's: what to set it to
 	hung := 0
 	for _, e := range pr.Entries {
 		if e.Abandoned() {
@@ -575,6 +576,9 @@ func (d *Drainer) underestimated(ctx context.Context, pr *pause.Report, planned 
 		est := cmp.Or(e.Estimate, planned)
 		if est > 0 && e.Duration > 0 && (e.Outcome == pause.Preserved || e.Outcome == pause.TimedOut) {
 			ratios = append(ratios, float64(e.Duration)/float64(est))
+			if e.Estimate == 0 {
+				took = append(took, e.Duration)
+			}
 		}
 	}
 	var note string
@@ -592,11 +596,37 @@ func (d *Drainer) underestimated(ctx context.Context, pr *pause.Report, planned 
 	if x < 1.5 {
 		return note
 	}
+	attrs := []any{"times", fmt.Sprintf("%.1f", x), "measured", len(ratios), "estimator", planned}
+	var setTo string
+	if v, ok := estimateToSet(took, planned); ok {
+		attrs = append(attrs, "set_to", v)
+		setTo = fmt.Sprintf("; set the estimate to at least %v, the median time the %d counted with it took", v, len(took))
+	}
 	d.log.Log(ctx, slog.LevelWarn, "drain: preserves took much longer than the estimate the plan counted: set the estimate to what one takes on this node",
-		"times", fmt.Sprintf("%.1f", x), "measured", len(ratios), "estimator", planned, "setting", "Config.Pause.Estimator, "+EnvPreserveEstimate)
+		append(attrs, "setting", "Config.Pause.Estimator, "+EnvPreserveEstimate)...)
 	return fmt.Sprintf("; preserves took %.1f times the estimate the plan counted (the median of %d; the Estimator's was %v: "+
 		"Config.Pause.Estimator, %s on the one-call path, or the sandboxes' own): the time before SIGTERM was planned for shorter preserves",
-		x, len(ratios), planned, EnvPreserveEstimate) + note
+		x, len(ratios), planned, EnvPreserveEstimate) + setTo + note
+}
+
+// estimateToSet is the Estimator's estimate to set after preserves counted
+// with planned took took (a timed out one's time a lower bound): their
+// median, rounded up to a tenth of a second, when it is much longer than
+// planned (the ratio underestimated warns at). A ratio alone left the
+// operator to multiply a rounded figure by the estimate. None when no
+// preserve was counted with the Estimator's (every sandbox estimated its
+// own: pause.Estimated, Sized).
+func estimateToSet(took []time.Duration, planned time.Duration) (time.Duration, bool) {
+	if len(took) == 0 {
+		return 0, false
+	}
+	slices.Sort(took)
+	median := took[len(took)/2]
+	v := median.Truncate(100 * time.Millisecond)
+	if v < median { // up: a lower value is one the preserves outlast
+		v += 100 * time.Millisecond
+	}
+	return v, float64(v) >= 1.5*float64(planned)
 }
 
 // preserveIn runs the Preserver in window w, and again for what the
