@@ -200,6 +200,11 @@ type Config struct {
 	// progress hears the Report as it stands at the start of the phases
 	// and at each phase's end (internal/drainprogress); nil: none.
 	progress func(rep *Report, next string)
+	// phasesAt gives the plan's phases with the reserves that follow the
+	// grace in use following budget's instead (NewServer's http step: a
+	// fortieth of it), for a budget other than Config.Budget (the kubelet's
+	// own grace, which New warns of); nil: the phases as they are.
+	phasesAt func(budget *deadline.Budget, phases []deadline.Phase) []deadline.Phase
 }
 
 // A Drainer takes a node through its termination: the preStop handler, the
@@ -239,7 +244,8 @@ type Drainer struct {
 
 	listFails logonce.Failures // the counts failed in a row, and the failure last logged at Warn
 
-	progress func(*Report, string) // Config.progress
+	progress func(*Report, string)                                     // Config.progress
+	phasesAt func(*deadline.Budget, []deadline.Phase) []deadline.Phase // Config.phasesAt
 
 	pod          *kube.Pod
 	kubelet      time.Duration  // Config.KubeletGrace
@@ -310,7 +316,7 @@ func New(cfg Config) (*Drainer, error) {
 		budget: cfg.Budget, gate: cfg.Gate, lister: cfg.Sandboxes, preserver: cfg.Preserver,
 		steps: cfg.Steps, phases: cfg.stepPhases(), poll: cfg.PollInterval, inflight: cfg.InFlightWait,
 		log: cfg.Logger, done: make(chan struct{}), pod: cfg.Pod, kubelet: cfg.KubeletGrace,
-		progress: cfg.progress,
+		progress: cfg.progress, phasesAt: cfg.phasesAt,
 	}
 	if d.gate == nil {
 		d.gate = &Gate{}
@@ -550,7 +556,12 @@ func (d *Drainer) warnKubeletShortfall(phases []deadline.Phase) {
 	}
 	margin, sleep := budgetconf.Of(d.budget)
 	c := deadline.Config{Margin: margin, PreStopSleep: sleep}
-	at := func(*deadline.Budget) []deadline.Phase { return phases }
+	at := func(b *deadline.Budget) []deadline.Phase {
+		if d.phasesAt != nil {
+			return d.phasesAt(b, phases)
+		}
+		return phases
+	}
 	short := gracefit.NodeShortfall(grace, d.kubelet, c, at)
 	if short == 0 {
 		return

@@ -2,6 +2,7 @@ package drain
 
 import (
 	"log/slog"
+	"net/http"
 	"regexp"
 	"strconv"
 	"testing"
@@ -58,4 +59,35 @@ func TestNewWarnsWhenTheWorkDoesNotFitTheKubeletsOwnGrace(t *testing.T) {
 	assert.NotContains(t, newWith(time.Duration(named)*time.Second), "does not fit the kubelet's own grace", "the grace it named")
 	assert.Contains(t, newWith(time.Duration(named-1)*time.Second), "does not fit the kubelet's own grace", "a second less")
 	assert.NotContains(t, newWith(0), "does not fit the kubelet's own grace", "no kubelet grace declared: nothing to say")
+}
+
+// NewServer's http step reserves a fortieth of the grace in use (at most
+// 5 s), which under the kubelet's own termination is the kubelet's grace:
+// the warning counts it so, not at the pod's grace. Counted at the pod's
+// hour, 5 s, it warned of a work that fits: a pod of an hour, a kubelet
+// grace of 20 s (a 2 s margin), one round of 14 s and the http step's
+// 500 ms fit in 18 s; one round of 18 s does not, and the grace it names
+// is one the server then starts with in silence.
+func TestNewServerWarnsOfTheKubeletsOwnGraceWithItsHTTPReserveThere(t *testing.T) {
+	api := newPodAPI(t)
+	api.SetGrace(3600)
+	inClusterOf(t, api)
+	t.Setenv(EnvGrace, "3600")
+	t.Setenv(EnvKubeletConfig, "")
+	start := func(kubelet, estimate string) string {
+		t.Helper()
+		logs := logToDefault(t)
+		t.Setenv(EnvKubeletGrace, kubelet)
+		t.Setenv(EnvPreserveEstimate, estimate)
+		s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+		require.NoError(t, err)
+		s.releaseTerm() // never Run: SIGTERM's default action again
+		return logs.String()
+	}
+	assert.NotContains(t, start("20s", "14s"), "does not fit the kubelet's own grace", "14.5 s of work in 18 s")
+	said := start("20s", "18s")
+	m := regexp.MustCompile(`does not fit the kubelet's own grace.*short=(\S+) needs=(\d+)s`).FindStringSubmatch(said)
+	require.NotNil(t, m, said)
+	assert.Equal(t, "500ms", m[1], "18.5 s of work in 18 s")
+	assert.NotContains(t, start(m[2]+"s", "18s"), "does not fit the kubelet's own grace", "the grace it named")
 }

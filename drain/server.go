@@ -305,7 +305,7 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (_ *Serv
 	// preserved, rather than ended by the server's own timeout during a
 	// preStop wait that may last the whole grace.
 	gate := &Gate{Exempt: []Class{Pause, Checkpoint, Delete, Stream, KeepAlive}}
-	cfg.Sandboxes, cfg.Steps, cfg.Gate = sandboxes, all, gate
+	cfg.Sandboxes, cfg.Steps, cfg.Gate, cfg.phasesAt = sandboxes, all, gate, withHTTPShare
 	if s.d, err = New(cfg); err != nil {
 		var short shortfallError
 		if errors.As(err, &short) { // the grace, not a Config field the caller never saw
@@ -350,15 +350,21 @@ func httpShare(budget *deadline.Budget) time.Duration {
 func smallestGrace(budget *deadline.Budget, phases []deadline.Phase) time.Duration {
 	margin, _ := optionalDurationEnv(EnvMargin)
 	c := deadline.Config{Margin: margin, PreStopSleep: prestopsleep.Of(budget)}
-	return gracefit.Smallest(c, func(b *deadline.Budget) []deadline.Phase {
-		at := slices.Clone(phases)
-		for i, ph := range at {
-			if ph.Name == httpStepName {
-				at[i].Reserve = func() time.Duration { return httpShare(b) }
-			}
+	return gracefit.Smallest(c, func(b *deadline.Budget) []deadline.Phase { return withHTTPShare(b, phases) })
+}
+
+// withHTTPShare is phases with the http step's reserve following budget's
+// grace in use (httpShare), where it follows the Drainer's: the work laid
+// out in another budget (a grace tried for the refusal, the kubelet's own
+// grace New warns of) counts the reserve the step would have there.
+func withHTTPShare(budget *deadline.Budget, phases []deadline.Phase) []deadline.Phase {
+	at := slices.Clone(phases)
+	for i, ph := range at {
+		if ph.Name == httpStepName {
+			at[i].Reserve = func() time.Duration { return httpShare(budget) }
 		}
-		return at
-	})
+	}
+	return at
 }
 
 // wrapHandler serves GET /readyz in front of srv.Handler, unless srv's
