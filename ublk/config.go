@@ -194,14 +194,15 @@ type config struct {
 	// daemonDoomed says whether the daemon dies at the pod's SIGKILL
 	// (stopUnderHolders); tests of this package replace it (a fake
 	// daemon has no process).
-	daemonDoomed  func(ctx context.Context, procRoot string, daemon int) (bool, string)
-	openControl   func(ctx context.Context) (ublkctl.Controller, error) // nil: no control fallback
-	beforeProcess func(dir string)                                      // the holders scan's test hook
-	beforeRequest func()                                                // called as the daemon is asked to stop (internal/ublkstep)
-	stopNote      func() string                                         // ends the Report's Note before it is logged (internal/ublkstep)
-	logger        *slog.Logger
-	tp            trace.TracerProvider
-	mp            metric.MeterProvider
+	daemonDoomed   func(ctx context.Context, procRoot string, daemon int) (bool, string)
+	openControl    func(ctx context.Context) (ublkctl.Controller, error) // nil: no control fallback
+	beforeProcess  func(dir string)                                      // the holders scan's test hook
+	beforeCharRead func(dir string)                                      // the whose pass's walk's test hook (a slow procfs)
+	beforeRequest  func()                                                // called as the daemon is asked to stop (internal/ublkstep)
+	stopNote       func() string                                         // ends the Report's Note before it is logged (internal/ublkstep)
+	logger         *slog.Logger
+	tp             trace.TracerProvider
+	mp             metric.MeterProvider
 }
 
 // fieldErr is New's error about one field of Config.

@@ -121,7 +121,7 @@ func TestOthersDevicesTellsADeviceNoProcessHereServes(t *testing.T) {
 			}
 			devs, err := scanDevices(tree.Root)
 			require.NoError(t, err)
-			others, untold := othersDevices(t.Context(), tree.Root, proc, devs, tc.daemon, nil)
+			others, untold := othersDevices(t.Context(), tree.Root, proc, devs, tc.daemon, nil, nil)
 			assert.Empty(t, untold, "a pass not cut short tells every device")
 			if !tc.another {
 				assert.Empty(t, others, "the step's: it cannot tell")

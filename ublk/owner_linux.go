@@ -63,8 +63,12 @@ import (
 // run.retell). Taken for the daemon's, as before, another server's live
 // device was stopped and deleted by the control fallback when the pass
 // took 1.0-1.47 s on a loaded node against its 1 s.
-func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device, daemon int, before func(dir string)) (out map[int]string, untold []int) {
+func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device, daemon int, before, beforeRead func(dir string)) (out map[int]string, untold []int) {
 	chars, _ := charNums(sysRoot, devs) // a number not read: no holder found, the device the step's
+	own, daemonRead := daemonsOwn(ctx, procRoot, chars, daemon)
+	for n := range own {
+		delete(chars, n) // told: the daemon's
+	}
 	if len(chars) == 0 {
 		return nil, nil
 	}
@@ -79,7 +83,7 @@ func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device,
 		}
 		slices.Sort(untold)
 	}()
-	held, unread, scanErr := blockdev.CharHolders(ctx, procRoot, slices.Collect(maps.Keys(chars))) // cut short: what it did not read is not known
+	held, unread, scanErr := blockdev.CharHoldersWithHook(ctx, procRoot, slices.Collect(maps.Keys(chars)), beforeRead) // cut short: what it did not read is not known
 	bounds, err := readCgroupsAfter(ctx, procRoot, "self", before)
 	if err != nil {
 		return nil, nil
@@ -88,6 +92,7 @@ func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device,
 	if daemon <= 0 {
 		bounds, what = bounds.parent(), "the cgroup above the server's"
 	}
+	outside := outsideBounds(ctx, procRoot, bounds, daemon, before)
 	out = map[int]string{}
 	var unseen []Device // live, their char device open in no process read
 	for n, id := range chars {
@@ -100,8 +105,8 @@ func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device,
 		}
 		var why []string
 		for _, pid := range pids {
-			h, err := readCgroupsAfter(ctx, procRoot, strconv.Itoa(pid), before)
-			if err != nil || bounds.holds(h) || descends(ctx, procRoot, pid, daemon) {
+			h, ok := outside(pid)
+			if !ok {
 				why = nil
 				break
 			}
@@ -113,9 +118,54 @@ func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device,
 		}
 	}
 	if len(unseen) > 0 {
-		maps.Copy(out, servedUnseen(ctx, sysRoot, procRoot, unseen, unread, bounds, daemon))
+		maps.Copy(out, servedUnseen(ctx, sysRoot, procRoot, unseen, unread, bounds, daemon, daemonRead))
 	}
 	return out, nil
+}
+
+// daemonsOwn reads the daemon's fds and mappings (pid daemon, when known)
+// once, before any other process, and returns the char device numbers of
+// chars it has open or mapped, and whether it read them all: the driver
+// lets one process open a /dev/ublkcN, its server, so each is the daemon's
+// device, told with no walk of procfs; only the others need one. Before,
+// every device waited for a walk of every process (2000 of them, or 55 on
+// a loaded QEMU guest, took the whole stage), and a pass cut short left
+// the daemon's own devices untold, the control's never: a hung daemon's 8
+// devices were left live. Not read (the PID not known, EACCES, an exited
+// daemon, ctx ended), none is told here, and the walk tells them as
+// before.
+func daemonsOwn(ctx context.Context, procRoot string, chars map[blockdev.DevNum]int, daemon int) (own map[blockdev.DevNum]bool, read bool) {
+	if daemon <= 0 || len(chars) == 0 {
+		return nil, false
+	}
+	open, mapped, complete, err := blockdev.ReadCharsHeld(ctx, filepath.Join(procRoot, strconv.Itoa(daemon)), wantSet(chars))
+	own = map[blockdev.DevNum]bool{}
+	for _, n := range slices.Concat(open, mapped) {
+		own[n] = true
+	}
+	return own, complete && err == nil
+}
+
+// outsideBounds returns the check, for a holder pid, of whether it is
+// outside bounds and not the daemon's (not it nor its descendant), with
+// the cgroups it read; a holder whose cgroup cannot be read is not. Each
+// pid is read once per pass, however many devices it holds (a daemon
+// that serves them all).
+func outsideBounds(ctx context.Context, procRoot string, bounds cgroups, daemon int, before func(dir string)) func(pid int) (cgroups, bool) {
+	type verdict struct {
+		h       cgroups
+		outside bool
+	}
+	seen := map[int]verdict{}
+	return func(pid int) (cgroups, bool) {
+		if v, ok := seen[pid]; ok {
+			return v.h, v.outside
+		}
+		h, err := readCgroupsAfter(ctx, procRoot, strconv.Itoa(pid), before)
+		v := verdict{h, err == nil && !bounds.holds(h) && !descends(ctx, procRoot, pid, daemon)}
+		seen[pid] = v
+		return v.h, v.outside
+	}
 }
 
 // readCgroupsAfter is readCgroups of process pid after before (when not
@@ -137,7 +187,7 @@ func readCgroupsAfter(ctx context.Context, procRoot, pid string, before func(dir
 // none of them open, and no process whose fds were not read (unread) may
 // be it or its part (inside bounds, a descendant of it, or its cgroup not
 // read). None without the daemon's PID.
-func servedUnseen(ctx context.Context, sysRoot, procRoot string, unseen []Device, unread map[int]error, bounds cgroups, daemon int) map[int]string {
+func servedUnseen(ctx context.Context, sysRoot, procRoot string, unseen []Device, unread map[int]error, bounds cgroups, daemon int, daemonRead bool) map[int]string {
 	if daemon <= 0 {
 		return nil
 	}
@@ -147,9 +197,12 @@ func servedUnseen(ctx context.Context, sysRoot, procRoot string, unseen []Device
 			return nil
 		}
 	}
-	served, err := daemonServes(ctx, sysRoot, procRoot, unseen, daemon)
-	if err != nil {
-		return nil
+	var served map[int]string // the daemon's fds and mappings, read first (daemonsOwn): none of unseen there
+	if !daemonRead {
+		var err error
+		if served, err = daemonServes(ctx, sysRoot, procRoot, unseen, daemon); err != nil {
+			return nil
+		}
 	}
 	also := ""
 	if len(unread) > 0 {

@@ -801,7 +801,7 @@ func (r *run) leaveOthers(devs []Device) (mine []Device, untold []int) {
 	}
 	ctx, cancel := r.procfsPass(end)
 	defer cancel()
-	others, untold := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, daemonPID(r.cfg.daemon), r.cfg.beforeProcess)
+	others, untold := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, daemonPID(r.cfg.daemon), r.cfg.beforeProcess, r.cfg.beforeCharRead)
 	return slices.DeleteFunc(devs, func(d Device) bool {
 		why, ok := others[d.ID]
 		if ok {
@@ -1656,7 +1656,7 @@ func (r *run) pollInfo(id int) (ublkctl.DevInfo, error) {
 // daemon's, not known to be another server's (othersDevices), and if so
 // records that the step cannot tell (cannotTell), naming the disks.
 func (r *run) mayServe(ctx context.Context, disks []Device) bool {
-	others, _ := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, disks, 0, r.cfg.beforeProcess) // one not told may be the daemon's
+	others, _ := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, disks, 0, r.cfg.beforeProcess, r.cfg.beforeCharRead) // one not told may be the daemon's
 	var names []string
 	for _, d := range disks {
 		if _, ok := others[d.ID]; !ok {
@@ -1973,7 +1973,7 @@ func (r *run) retell(until func(*stages) time.Time) {
 	defer cancel()
 	defer context.AfterFunc(r.ctx, cancel)()
 	start := time.Now()
-	others, untold := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, daemonPID(r.cfg.daemon), r.cfg.beforeProcess)
+	others, untold := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, daemonPID(r.cfg.daemon), r.cfg.beforeProcess, r.cfg.beforeCharRead)
 	for _, d := range states {
 		st := StepResult{Name: "whose", Start: start, Duration: time.Since(start)}
 		why, other := others[d.cur.ID]

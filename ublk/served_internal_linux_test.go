@@ -761,7 +761,7 @@ func TestDiscoveryTellsADeviceItsServerOnlyMapsTheStepsOwn(t *testing.T) {
 	fakeMapping(t, f.proc, "4343", node)
 	devs, err := scanDevices(f.tree.Root)
 	require.NoError(t, err)
-	others, untold := othersDevices(t.Context(), f.tree.Root, f.proc, devs, 4242, nil)
+	others, untold := othersDevices(t.Context(), f.tree.Root, f.proc, devs, 4242, nil, nil)
 	assert.Empty(t, untold, "a pass not cut short tells every device")
 	assert.Empty(t, others, "ublkb1 is the step's: its server, in the server's cgroup, maps its /dev/ublkc1")
 }

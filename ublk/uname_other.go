@@ -32,7 +32,7 @@ func daemonDoomed(context.Context, string, int) (bool, string) {
 }
 
 // othersDevices tells no device apart where there is no procfs to read.
-func othersDevices(context.Context, string, string, []Device, int, func(string)) (map[int]string, []int) {
+func othersDevices(context.Context, string, string, []Device, int, func(string), func(string)) (map[int]string, []int) {
 	return nil, nil
 }
 

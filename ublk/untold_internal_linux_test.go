@@ -374,7 +374,10 @@ func TestAPassForADeviceFoundPastTheKillPointHasTheKillsPart(t *testing.T) {
 }
 
 // The daemon, pid 4242, serves ublkb0 and ublkb1 (its /dev/ublkc1 open in
-// it), and its stop request fails; a vulnerable kernel, procfs slow:
+// pid 4243, a per-device server of its in the server's cgroup, as ublksrv
+// forks: only a walk of procfs tells it the daemon's, where a /dev/ublkcN
+// open in the daemon itself is told at once), and its stop request fails;
+// a vulnerable kernel, procfs slow:
 //
 //	no deadline, cancelled at 5 s:
 //	0 .. 2 s  the pass at discovery reaches this process's cgroup at 2 s,
@@ -407,7 +410,8 @@ func TestFallbacksSecondPassEndsWithTheStep(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFixture(t, 0)
-				makeServed(t, f, servedChar{id: 1, charMajor: 4085, salt: 47, inSysfs: true, procs: daemonHolds})
+				makeServed(t, f, servedChar{id: 1, charMajor: 4085, salt: 47, inSysfs: true,
+					procs: []fakeProc{{"self", "podA", false}, {"4242", "podA", false}, {"4243", "podA", true}}})
 				d := newMemDaemon(f.tree, 0, 1)
 				d.failRequest = true
 				t.Cleanup(d.close)

@@ -32,6 +32,12 @@ import (
 // A process that exited has none. When ctx ends before every process was
 // read it returns what it found and a *CutError.
 func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (held map[DevNum][]int, unread map[int]error, err error) {
+	return CharHoldersWithHook(ctx, procRoot, devs, nil)
+}
+
+// CharHoldersWithHook is CharHolders that calls before, when not nil (a
+// test's slow procfs), with each process directory before it reads it.
+func CharHoldersWithHook(ctx context.Context, procRoot string, devs []DevNum, before func(dir string)) (held map[DevNum][]int, unread map[int]error, err error) {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ublk: char device holders: %w", err)
@@ -48,7 +54,14 @@ func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (held map[
 		if err := ctx.Err(); err != nil {
 			return held, unread, &CutError{Unread: pids[i:], Total: len(pids), Err: err}
 		}
-		open, mapped, complete, err := ReadCharsHeld(ctx, filepath.Join(procRoot, strconv.Itoa(pid)), want)
+		dir := filepath.Join(procRoot, strconv.Itoa(pid))
+		if before != nil {
+			before(dir)
+			if ctx.Err() != nil {
+				return held, unread, &CutError{Unread: pids[i:], Total: len(pids), Err: ctx.Err()}
+			}
+		}
+		open, mapped, complete, err := ReadCharsHeld(ctx, dir, want)
 		if !complete {
 			return held, unread, &CutError{Unread: pids[i:], Total: len(pids), Err: ctx.Err()}
 		}

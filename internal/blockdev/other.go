@@ -55,3 +55,8 @@ func JournalHolders(procRoot string, devs map[string]DevNum) (map[DevNum][]Holde
 func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]int, map[int]error, error) {
 	return nil, nil, nil
 }
+
+// CharHoldersWithHook finds nothing on this system.
+func CharHoldersWithHook(ctx context.Context, procRoot string, devs []DevNum, before func(dir string)) (map[DevNum][]int, map[int]error, error) {
+	return nil, nil, nil
+}

@@ -4,3 +4,6 @@ package ublkguest
 
 // MaybeHolder does nothing outside Linux.
 func MaybeHolder() {}
+
+// MaybeIdle does nothing outside Linux.
+func MaybeIdle() {}

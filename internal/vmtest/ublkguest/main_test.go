@@ -13,5 +13,6 @@ func TestMain(m *testing.M) {
 	vmtest.MaybeInit()
 	ublkserver.MaybeDaemon()
 	MaybeHolder()
+	MaybeIdle()
 	goleak.VerifyTestMain(m)
 }
