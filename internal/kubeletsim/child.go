@@ -40,10 +40,12 @@ type Child struct {
 }
 
 // Start starts cmd in a container of its own, as PID 1 of its PID namespace
-// where it can be (Child.PID1), and reaps it when it exits. A cmd that
-// starts as PID 1 is started through /bin/sh, which mounts the namespace's
-// /proc and execs cmd's program in its place: Cmd.Path is the shell's,
-// and the program's argv[0] its path.
+// where it can be (Child.PID1), and reaps it when it exits. It returns once
+// cmd's program runs, or with the error os/exec's Start gives a program
+// that cannot. A cmd that starts as PID 1 is started through this binary,
+// which mounts the namespace's /proc and execs cmd's program in its place,
+// with cmd's argv, environment and descriptors, as a container runtime's
+// init does.
 func Start(cmd *exec.Cmd) (*Child, error) { return start(cmd, hierarchies()) }
 
 // start starts cmd in a container of its own, a cgroup in the first of hs
@@ -53,13 +55,20 @@ func start(cmd *exec.Cmd, hs []hierarchy) (*Child, error) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
-	pid1, err := asPID1(cmd)
+	started, err := asPID1(cmd)
 	if err != nil {
 		return nil, err
 	}
-	c := &Child{Cmd: cmd, exited: make(chan struct{}), pid1: pid1}
+	c := &Child{Cmd: cmd, exited: make(chan struct{}), pid1: started != nil}
 	ct, err := startContained(hs, cmd, c.reap)
+	if started != nil {
+		err = started(err)
+	}
 	if err != nil {
+		if ct != nil { // started as PID 1, its program not: gone at once
+			<-c.exited
+			_, _ = ct.kill()
+		}
 		return nil, err
 	}
 	c.container = ct

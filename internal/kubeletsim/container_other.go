@@ -43,4 +43,4 @@ func awaitExit(int) {}
 func PIDNamespace() error { return errors.New("kubeletsim: no PID namespaces on " + runtime.GOOS) }
 
 // asPID1 leaves cmd a plain child: there are no PID namespaces.
-func asPID1(*exec.Cmd) (bool, error) { return false, nil }
+func asPID1(*exec.Cmd) (func(error) error, error) { return nil, nil }

@@ -41,8 +41,10 @@
 // ends every process of the namespace, one that moved itself out of the
 // container's cgroup included (runsc, given no cgroupsPath, moves its
 // sandbox and gofer into a cgroup named after the container at the root of
-// each hierarchy it sees). /bin/sh mounts /proc and execs the command in
-// its own place, so the command keeps PID 1.
+// each hierarchy it sees). The process started first is the binary that
+// called Start (a package init of this package's), which mounts /proc
+// and execs the command in its own place, as runc's init does: the command
+// keeps PID 1 and gets its argv, environment and descriptors as given.
 //
 // Not modelled: an Exec hook
 // runs beside the container, not in it: its process group dies with the

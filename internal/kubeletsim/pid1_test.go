@@ -94,7 +94,7 @@ func TestChildWithNoSIGTERMHandlerRunsUntilTheSIGKILL(t *testing.T) {
 }
 
 // A program that is not there fails the start, as os/exec's own start
-// fails, not the shell that mounts /proc for it.
+// fails, not the process that mounts /proc for it.
 func TestStartOfAMissingProgramFails(t *testing.T) {
 	_, err := Start(exec.Command("/nonexistent/server"))
 	require.Error(t, err)

@@ -3,32 +3,106 @@
 package kubeletsim
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"os/signal"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
-// procMounted mounts the /proc of the new PID namespace in the child's
-// mount namespace, then becomes the command, which stays PID 1 ($0 is its
-// path, "$@" its arguments): what a container runtime does before it
-// starts a container's command, so that /proc/self, /proc/1 and every
-// PID the command reads from /proc are its namespace's, as the PIDs it
-// gets from the kernel are.
-const procMounted = `mount -t proc proc /proc && exec "$0" "$@"`
+// becomeEnv marks the process Start runs as PID 1 of a new PID namespace:
+// this same binary (/proc/self/exe), which mounts the namespace's /proc
+// and execs the command in its own place, so the command keeps PID 1, as
+// a container runtime's init does (runc's `runc init`). Its value is
+// "FD IGNORED PATH": the descriptor to report a failure on, the signals
+// the command starts ignoring (a bit each, as Start's own child inherits
+// them), the program's path. The command's argv is this process's, its
+// environment this process's but the variable.
+//
+// This binary is the one that called Start, so it has this package and its
+// init. A shell did this before: it exported PWD (bash adds SHLVL and _),
+// gave the command its path for argv[0], needed mount(8) in the command's
+// PATH, and ran as a script a file the kernel cannot exec.
+const becomeEnv = "DRAINKIT_KUBELETSIM_PID1"
 
-// shell runs procMounted: the one program every Linux machine has that
-// can mount and then exec in the same process.
-const shell = "/bin/sh"
+func init() {
+	if v, ok := syscall.Getenv(becomeEnv); ok {
+		os.Exit(becomeCommand(v))
+	}
+}
+
+// procFlags are the flags runc mounts a container's /proc with.
+const procFlags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+
+// becomeCommand mounts the PID namespace's /proc and execs the program v
+// names (becomeEnv); with no program (PIDNamespace's probe) it returns 0
+// once /proc is mounted. On failure it reports the step and its errno on
+// v's descriptor and returns 127.
+func becomeCommand(v string) int {
+	f := strings.SplitN(v, " ", 3)
+	if len(f) != 3 {
+		fmt.Fprintf(os.Stderr, "kubeletsim: %s=%q is not FD IGNORED PATH\n", becomeEnv, v)
+		return 127
+	}
+	fd, _ := strconv.Atoi(f[0])
+	ignored, _ := strconv.ParseUint(f[1], 16, 64)
+	report := func(step string, err error) int {
+		var errno syscall.Errno
+		if !errors.As(err, &errno) {
+			errno = syscall.EINVAL
+		}
+		if fd > 2 {
+			_, _ = unix.Write(fd, []byte(fmt.Sprintf("%s %d", step, errno)))
+		} else {
+			fmt.Fprintf(os.Stderr, "kubeletsim: %s: %v\n", step, err)
+		}
+		return 127
+	}
+	if fd > 2 {
+		unix.CloseOnExec(fd) // the command never sees it
+	}
+	if err := unix.Mount("proc", "/proc", "proc", procFlags, ""); err != nil {
+		return report("mount", err)
+	}
+	if f[2] == "" {
+		return 0
+	}
+	for n := range 64 {
+		if ignored&(1<<n) != 0 {
+			signal.Ignore(syscall.Signal(n + 1))
+		}
+	}
+	env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, becomeEnv+"=") })
+	return report("exec", syscall.Exec(f[2], os.Args, env))
+}
+
+// ignoredSignals returns the signals this process ignores, a bit each
+// (signal n at bit n-1): those a child it starts inherits ignored.
+func ignoredSignals() uint64 {
+	var mask uint64
+	for n := range 64 {
+		if signal.Ignored(syscall.Signal(n + 1)) {
+			mask |= 1 << n
+		}
+	}
+	return mask
+}
 
 // pidNamespaceErr is why a child cannot be PID 1 of a PID namespace of its
-// own here, nil when it can: a child started so once, with the /proc of its
-// namespace mounted, and exited 0.
+// own here, nil when it can: this binary started so once, with the /proc
+// of its namespace mounted, and exited 0.
 var pidNamespaceErr = sync.OnceValue(func() error {
-	probe := exec.Command(shell, "-c", procMounted, "/bin/true")
+	probe := exec.Command("/proc/self/exe")
+	probe.Args = []string{"kubeletsim-probe"}
+	probe.Env = []string{becomeEnv + "=-1 0 "}
 	probe.SysProcAttr = inNewPIDNamespace(&syscall.SysProcAttr{})
 	if out, err := probe.CombinedOutput(); err != nil {
 		return fmt.Errorf("kubeletsim: a child cannot be PID 1 of a PID namespace of its own here (root, CAP_SYS_ADMIN, needed): %w: %s",
@@ -44,7 +118,8 @@ func PIDNamespace() error { return pidNamespaceErr() }
 
 // inNewPIDNamespace adds to attr a new PID namespace, and a new mount
 // namespace in which /proc can be that PID namespace's; os/exec makes the
-// mounts of the new one private, so the mount of /proc stays in it.
+// mounts of the new one private (MS_REC|MS_PRIVATE on / after its
+// unshare), so the mount of /proc stays in it, and goes with it.
 func inNewPIDNamespace(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
 	attr.Cloneflags |= syscall.CLONE_NEWPID
 	attr.Unshareflags |= syscall.CLONE_NEWNS
@@ -52,42 +127,55 @@ func inNewPIDNamespace(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
 }
 
 // asPID1 makes cmd start as PID 1 of a PID namespace of its own, with that
-// namespace's /proc, where this machine allows it (PIDNamespace); it
-// reports whether it does. The process started is the shell, which mounts
-// /proc and execs cmd's program in its place: the same PID, the
-// namespace's 1. A program that is not there fails the start, as it did.
-func asPID1(cmd *exec.Cmd) (bool, error) {
+// namespace's /proc, where this machine allows it (PIDNamespace): the
+// process started is this binary (becomeEnv), which execs cmd's program
+// in its place. It returns nil where cmd starts as a plain child, else
+// started, which Start calls once cmd was started (or failed to): it
+// waits until the program runs and returns the error os/exec's Start
+// would have returned, had it started the program (ENOENT, ENOEXEC, ...),
+// and gives cmd back its Path, ExtraFiles and Env.
+func asPID1(cmd *exec.Cmd) (started func(startErr error) error, err error) {
 	if PIDNamespace() != nil {
-		return false, nil
+		return nil, nil
 	}
 	if cmd.Err != nil {
-		return false, cmd.Err
+		return nil, cmd.Err
 	}
-	path := cmd.Path
-	if !strings.Contains(path, "/") {
-		path = "./" + path // as os/exec runs it: from Dir, never from $PATH
+	path, files, env := cmd.Path, cmd.ExtraFiles, cmd.Env
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("kubeletsim: %w", err)
 	}
-	if err := executable(path, cmd.Dir); err != nil {
-		return false, err
+	if len(cmd.Args) == 0 {
+		cmd.Args = []string{path} // os/exec's own default
 	}
-	cmd.Args = append([]string{shell, "-c", procMounted, path}, cmd.Args[1:]...)
-	cmd.Path = shell
+	cmd.Path = "/proc/self/exe"
+	cmd.ExtraFiles = append(slices.Clip(files), w)
+	cmd.Env = append(cmd.Environ(), fmt.Sprintf("%s=%d %x %s", becomeEnv, 3+len(files), ignoredSignals(), path))
 	inNewPIDNamespace(cmd.SysProcAttr)
-	return true, nil
+	return func(startErr error) error {
+		_ = w.Close()
+		defer r.Close()
+		cmd.Path, cmd.ExtraFiles, cmd.Env = path, files, env
+		if startErr != nil {
+			return startErr
+		}
+		return becomeErr(r, path)
+	}, nil
 }
 
-// executable reports why the program at path, relative to dir when it is
-// relative, cannot be run, as os/exec's start would have: nil when it can.
-func executable(path, dir string) error {
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(dir, path)
+// becomeErr reads what the started binary reported on r until it
+// exec'd the program at path (r's end closed with nothing written), and
+// returns the failure as os/exec words one: fork/exec PATH: ERRNO.
+func becomeErr(r io.Reader, path string) error {
+	msg, err := io.ReadAll(r)
+	if err != nil || len(msg) == 0 {
+		return err
 	}
-	st, err := os.Stat(path)
-	switch {
-	case err != nil:
-		return fmt.Errorf("kubeletsim: %w", err)
-	case st.IsDir() || st.Mode()&0o111 == 0:
-		return fmt.Errorf("kubeletsim: %s: %w", path, os.ErrPermission)
+	step, num, _ := strings.Cut(string(msg), " ")
+	n, _ := strconv.Atoi(num)
+	if step == "mount" {
+		return fmt.Errorf("kubeletsim: mount the PID namespace's /proc: %w", syscall.Errno(n))
 	}
-	return nil
+	return &os.PathError{Op: "fork/exec", Path: path, Err: syscall.Errno(n)}
 }
