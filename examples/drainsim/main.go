@@ -178,7 +178,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 // run terminates the node twice, seed then drainkit, printing as it goes, once
 // drainkit's server has shown it takes opts (preflight).
 func run(ctx context.Context, opts options, stdout, stderr io.Writer) ([]*result, error) {
-	if err := preflight(ctx, opts, stderr); err != nil {
+	notInAPod, err := preflight(ctx, opts, stderr)
+	if err != nil {
 		return nil, err
 	}
 	pause := fmt.Sprintf("%v ±%.0f%%", opts.Pause, opts.Jitter*100)
@@ -191,12 +192,16 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) ([]*result
 	fmt.Fprintf(stdout, "drainsim: a node with %d running sandboxes (%s runtime, one pause takes %s) is terminated\n"+
 		"by the kubelet with a grace period of %v, twice, the same sandboxes each time (-id-seed %d).\n\n",
 		opts.N, opts.Runtime, pause, opts.Grace, opts.IDSeed)
+	killed := "to the whole container"
+	if notInAPod != "" {
+		killed = "(below: to what)"
+	}
 	fmt.Fprintf(stdout, "Real server processes, real signals, a real device daemon child, in real time with the\n"+
 		"grace period scaled down from AgentENV's 3600 s. The kubelet is simulated (internal/kubeletsim):\n"+
 		"preStop bounded by the grace period, its elapsed time truncated to whole seconds, a 2 s floor,\n"+
-		"SIGTERM, then SIGKILL to the whole container. Nothing here uses virtual time; the same\n"+
+		"SIGTERM, then SIGKILL %s. Nothing here uses virtual time; the same\n"+
 		"scenario at full scale (3600 s, 200 sandboxes x 1-3 s) runs in virtual time under testing/synctest:\n"+
-		"go test -v -run FullScale ./examples/drainsim\n\n")
+		"go test -v -run FullScale ./examples/drainsim\n\n%s", killed, notInAPod)
 	var results []*result
 	dkTitle := "drainkit: preStop waits until the drain deadline; then " + pausesAtOnce(opts.Concurrency)
 	if opts.Warm {

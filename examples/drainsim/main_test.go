@@ -7,10 +7,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +31,10 @@ import (
 // ends with once it has done its work.
 const testServerExitEnv = "DRAINSIM_TEST_SERVER_EXIT"
 
+// roleMain makes the test binary drainsim itself (main), with the flags
+// that follow its -test.run.
+const roleMain = "main"
+
 func TestMain(m *testing.M) {
 	fakeublk.MainIfDaemon()
 	switch os.Getenv(roleEnv) {
@@ -41,6 +47,11 @@ func TestMain(m *testing.M) {
 		os.Exit(code)
 	case modeSeed:
 		os.Exit(seedMain(os.Args[1:], os.Stderr))
+	case roleMain: // drainsim itself, its flags after the test binary's one
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		code := Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -114,17 +114,50 @@ func terminate(ctx context.Context, opts options, mode string, nd *node) (*resul
 // flags it refuses (a -pause whose one round does not fit -grace) fail drainsim at once
 // with the server's reason, not after the seed's whole termination. The error of a
 // server that refused its flags (exit status 2) is a usageError.
-func preflight(ctx context.Context, opts options, stderr io.Writer) error {
+// It returns what the simulator could not make of the server's container (notAsInAPod).
+func preflight(ctx context.Context, opts options, stderr io.Writer) (string, error) {
 	nd, err := startNode(ctx, opts, modeDrainkit, "", 0, stderr)
 	if err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) && exit.ExitCode() == 2 {
-			return usageError{err}
+			return "", usageError{err}
 		}
-		return err
+		return "", err
 	}
-	nd.close()
-	return nil
+	defer nd.close()
+	return notAsInAPod(nd.child, opts.Runtime), nil
+}
+
+// notAsInAPod says, for the introduction, how the container kubeletsim gave a server
+// here differs from a pod's, and what that leaves out; "" where it is a pod's: PID 1
+// of a PID namespace of its own, in a cgroup of its own (as root). Asked of a server
+// that runs, whose cgroup is still there.
+func notAsInAPod(child *kubeletsim.Child, runtime string) string {
+	var not, left []string
+	if !child.PID1() {
+		not = append(not, "not PID 1 of a PID namespace of their own")
+		left = append(left, "a SIGTERM a server had no handler for would end it, where a pod's PID 1 gets no default action,\n"+
+			"and its orphans go to this machine's init, not to it")
+	}
+	if child.Cgroup() == "" {
+		not = append(not, "in no cgroup of their own")
+		left = append(left, "the kubelet's SIGKILL takes their process group, not a container's cgroup:\n"+
+			"a process that left the group would outlive it")
+	}
+	if len(not) == 0 {
+		return ""
+	}
+	why := "this machine does not let drainsim make them"
+	if os.Geteuid() != 0 {
+		why = "drainsim is not run as root"
+	}
+	note := fmt.Sprintf("Not as a pod's container here (%s): the servers run as plain children,\n%s;\n%s.\n",
+		why, strings.Join(not, ", "), strings.Join(left, ";\n"))
+	if runtime == "fake" {
+		note += "The fake runtime's processes (the server, its device daemon) stay in the group and handle\n" +
+			"SIGTERM, so the figures below hold; "
+	}
+	return note + "run as root (sudo) for a pod's container.\n\n"
 }
 
 // usageError is a flag drainkit's server refused: drainsim exits 2 for it.

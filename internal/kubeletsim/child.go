@@ -93,6 +93,11 @@ func (c *Child) reap() {
 // own, as a pod's container does (PIDNamespace says why not).
 func (c *Child) PID1() bool { return c.pid1 }
 
+// Cgroup returns the directory of the child's container's cgroup while the
+// child runs; "" where none could be made (not root, no cgroup hierarchy
+// the simulator can use), the container then its process group alone.
+func (c *Child) Cgroup() string { return c.container.cgroup() }
+
 // Signal sends sig to the child.
 func (c *Child) Signal(sig os.Signal) error { return c.Cmd.Process.Signal(sig) }
 

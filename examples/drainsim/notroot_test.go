@@ -1,0 +1,78 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/realpart"
+)
+
+// Fault: drainsim run by a user who is not root runs its servers as plain
+// children, kubeletsim's fallback: not PID 1 of a PID namespace of their
+// own (a SIGTERM a server has no handler for ends it, orphans go to the
+// machine's init, pid1.Init does nothing) and in no cgroup of their own
+// (the SIGKILL takes the process group, not the container), while its
+// first lines said "SIGKILL to the whole container" and nothing of it.
+// Run as nobody, up to the seed's termination:
+//
+//	before: the introduction as root's, "SIGKILL to the whole container"
+//	now:    it says what the simulator could not do, and why
+func TestARunNotAsRootSaysItsServersAreNotContainedAsInAPod(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "root, to run drainsim as nobody")
+	}
+	cmd := exec.Command(copyForNobody(t), "-test.run=^$", "-n", "1", "-grace", "3s")
+	cmd.Env = append(os.Environ(), roleEnv+"="+roleMain, "GORACE=atexit_sleep_ms=0")
+	cmd.Dir = "/"
+	const nobody = 65534
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	var intro strings.Builder
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() && !strings.HasPrefix(lines.Text(), "== seed") {
+		intro.WriteString(lines.Text() + "\n")
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM)) // enough seen
+	t.Log("\n" + intro.String())
+	require.Contains(t, intro.String(), "The kubelet is simulated", "stderr: %s", stderr.String())
+	assert.NotContains(t, intro.String(), "SIGKILL to the whole container")
+	for _, said := range []string{
+		"Not as a pod's container here (drainsim is not run as root)",
+		"not PID 1 of a PID namespace of their own",
+		"no cgroup of their own",
+		"SIGKILL takes their process group",
+		"run as root",
+	} {
+		assert.Contains(t, intro.String(), said)
+	}
+}
+
+// copyForNobody copies this test binary where any user may run it.
+func copyForNobody(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "drainsim-test-bin-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	b, err := os.ReadFile(os.Args[0])
+	require.NoError(t, err)
+	bin := filepath.Join(dir, "drainsim.test")
+	require.NoError(t, os.WriteFile(bin, b, 0o755))
+	return bin
+}
