@@ -19,7 +19,8 @@
 //	}
 //
 // As PID 1 of its PID namespace, Init does not return: it runs the same binary again
-// (/proc/self/exe, the same arguments, environment and stdio; the child takes argv[0]'s
+// (/proc/self/exe, the same arguments, environment, stdio and inherited descriptors, each
+// at its number, as tini passes them on; the child takes argv[0]'s
 // base name as its command name, not "exe") as its only child, forwards every signal it
 // can catch to it, reaps every process that exits (the child and every orphan re-parented
 // to it), and exits with the child's status once the child has exited. The child is the
@@ -71,7 +72,8 @@
 //     program's signal.Notify and its Ready comes twice: its handler's and the hold's).
 //
 // The environment variable DRAINKIT_PID1_CHILD marks the child and names its end of the
-// ready pipe (fd 3, close-on-exec from Init on); Init removes it, so no process the
+// ready pipe (the descriptor above those the program is given, fd 3 where it is given
+// stdio alone; close-on-exec from Init on); Init removes it, so no process the
 // program starts inherits it. Never set it: a PID 1 that finds it takes itself
 // for the child and runs without the init.
 package pid1

@@ -66,6 +66,8 @@ var forwarded = []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT
 //     "SIGTERMs N", the SIGTERMs it got before the SIGWINCH, and exits 42;
 //   - parent: starts "orphan", whose stdin is a pipe it holds, and exits without waiting;
 //   - orphan: reads its stdin until its parent's end closes, then exits;
+//   - fd3: writes a line to its fd 3, which its starter gave it (ExtraFiles), once
+//     Ready, says how that went and exits 0;
 //   - default: prints "ready" and waits for a signal, with Go's default handling of
 //     SIGTERM: it dies by it.
 func program(prog string) int {
@@ -122,6 +124,11 @@ func program(prog string) int {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGWINCH)
 			}
 		}
+	case "fd3":
+		Ready()
+		_, err := os.NewFile(3, "given").WriteString("fd 3 reached the program\n")
+		fmt.Println("wrote fd 3:", err)
+		return 0
 	case "default":
 		Ready() // Go's default handling is the program's
 		fmt.Println("ready")

@@ -7,8 +7,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/pid1/early"
 	"github.com/drainkit/drainkit/internal/pid1/ready"
@@ -163,7 +166,7 @@ func holdForSelf(sigs chan os.Signal) {
 // exits, not the process. The loop that forwards signals runs elsewhere, unlocked: a
 // goroutine locked to a thread is woken through that thread, and forwarding from it added
 // 0.15-0.19 ms to a signal's way, against 0.06-0.12 ms unlocked (BenchmarkSignalForwarding).
-// ready is closed once the child has closed its end of the ready pipe, its fd 3 (Ready),
+// ready is closed once the child has closed its end of the ready pipe (Ready),
 // or exited.
 func startChild(argv, env []string) (pid int, ready <-chan struct{}, err error) {
 	r, w, err := os.Pipe()
@@ -174,12 +177,14 @@ func startChild(argv, env []string) (pid int, ready <-chan struct{}, err error) 
 		pid int
 		err error
 	}
+	files := append(inherited(), w.Fd()) // the ready pipe above what the program is given
+	readyFD := strconv.Itoa(len(files) - 1)
 	done := make(chan started, 1)
 	go func() {
 		runtime.LockOSThread()
 		pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{
-			Env:   append(env, ChildEnv+"=3"),
-			Files: []uintptr{0, 1, 2, w.Fd()},
+			Env:   append(env, ChildEnv+"="+readyFD),
+			Files: files,
 			Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true},
 		})
 		done <- started{pid, err}
@@ -207,6 +212,31 @@ func startChild(argv, env []string) (pid int, ready <-chan struct{}, err error) 
 		close(closed)
 	}()
 	return s.pid, closed, nil
+}
+
+// inherited returns the descriptors the program gets, each at its number: stdio and every
+// descriptor this process was started with that is open and not close-on-exec (runc's
+// --preserve-fds, socket activation's LISTEN_FDS), as tini passes them on; a number in
+// between that is not one of them is closed in the child (-1). The Go runtime's own
+// descriptors and the ready pipe's are close-on-exec.
+func inherited() []uintptr {
+	files := []uintptr{0, 1, 2}
+	entries, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC != 0 { // ReadDir's own is closed by now
+			continue
+		}
+		for len(files) <= fd {
+			files = append(files, ^uintptr(0))
+		}
+		files[fd] = uintptr(fd)
+	}
+	return files
 }
 
 // reap collects every process that has exited, without blocking, and reports the
