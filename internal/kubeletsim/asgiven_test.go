@@ -3,6 +3,7 @@
 package kubeletsim
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // runToEnd starts cmd with Start, waits for its exit, and returns what it
@@ -81,4 +83,62 @@ func TestStartOfAFileTheKernelCannotExecFailsAsOSExecDoes(t *testing.T) {
 	}
 	assert.ErrorIs(t, err, syscall.ENOEXEC)
 	assert.Empty(t, out.String())
+}
+
+// procMountsHere is the role of a simulator on a machine whose / is a
+// shared mount (systemd makes it so): in a mount namespace of its own, /
+// made shared, it starts a PID 1 child and says how many proc mounts it
+// sees before and while the child runs.
+func procMountsHere() int {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SHARED, ""); err != nil {
+		fmt.Println("making / shared:", err)
+		return 3
+	}
+	count := func() int {
+		mi, _ := os.ReadFile("/proc/self/mountinfo")
+		return strings.Count(string(mi), " - proc ")
+	}
+	before := count()
+	child, err := Start(exec.Command("sleep", "3600"))
+	if err != nil {
+		fmt.Println("start:", err)
+		return 3
+	}
+	while := count()
+	_ = child.Kill()
+	<-child.Exited()
+	fmt.Printf("proc mounts here: %d before, %d while the child ran, %d after\n", before, while, count())
+	return 0
+}
+
+// The PID namespace's /proc is mounted in the child's own mount namespace,
+// made private (os/exec's MS_REC|MS_PRIVATE on / after its unshare), so no
+// mount propagates to the simulator's, even where / is shared, as systemd
+// makes it (run in a namespace of the test's, / made shared there); the
+// namespace, and the mount, end with the child's container.
+func TestPID1ChildsProcMountStaysInItsOwnMountNamespace(t *testing.T) {
+	needsPIDNamespace(t)
+	sim := exec.Command(os.Args[0], "-test.run=^$")
+	sim.Env = append(os.Environ(), roleEnv+"=proc-mounts-here")
+	sim.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	out, err := sim.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var before, while, after int
+	_, err = fmt.Sscanf(string(out), "proc mounts here: %d before, %d while the child ran, %d after", &before, &while, &after)
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, []int{before, before}, []int{while, after}, "no proc mount propagated to the simulator")
+
+	child, err := Start(exec.Command("sleep", "3600"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", child.Cmd.Process.Pid))
+	require.NoError(t, err)
+	require.NoError(t, child.Kill())
+	<-child.Exited()
+	links, _ := filepath.Glob("/proc/[0-9]*/ns/mnt")
+	for _, l := range links {
+		if target, err := os.Readlink(l); err == nil {
+			assert.NotEqual(t, ns, target, "%s: the child's mount namespace outlived its container", l)
+		}
+	}
 }

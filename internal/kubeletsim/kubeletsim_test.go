@@ -63,6 +63,8 @@ func TestMain(m *testing.M) {
 		os.Exit(killWithEventsUnreadable())
 	case "as-pid1": // say what the container shows its first process
 		os.Exit(asPID1Role())
+	case "proc-mounts-here": // in a mount namespace of its own
+		os.Exit(procMountsHere())
 	case "say-argv-env": // say what it was started with
 		fmt.Printf("argv %q\nenv %q\n", os.Args, os.Environ())
 		os.Exit(0)
