@@ -322,12 +322,19 @@ func startContained(hs []hierarchy, cmd *exec.Cmd, reap func()) (*container, err
 }
 
 // startUncontained starts cmd in no cgroup of its own: its container is
-// its process group.
+// its process group, SIGKILLed whole once the child has exited.
 func startUncontained(cmd *exec.Cmd, reap func()) (*container, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	go reap()
+	go func() {
+		// The container stops with its main process: the rest of its group is
+		// killed once the child has exited, while the child, a zombie until
+		// reap, still holds the group's ID.
+		awaitExit(cmd.Process.Pid)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		reap()
+	}()
 	return &container{}, nil
 }
 

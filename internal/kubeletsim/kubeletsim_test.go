@@ -65,6 +65,8 @@ func TestMain(m *testing.M) {
 		os.Exit(asPID1Role())
 	case "proc-mounts-here": // in a mount namespace of its own
 		os.Exit(procMountsHere())
+	case "leave-a-process": // not root: its child a plain one, in its process group alone
+		os.Exit(leaveAProcess())
 	case "say-argv-env": // say what it was started with
 		fmt.Printf("argv %q\nenv %q\n", os.Args, os.Environ())
 		os.Exit(0)
