@@ -444,10 +444,10 @@ type Server interface {
 // served in process by a grpc.Server of its own, which runs no
 // interceptor: grpc logs that server at INFO ("Server created"), and a
 // process-wide stats handler (grpc's observability packages) counts
-// that RPC. Stop waits for that RPC no longer than ctx: one that a
-// process-wide stats handler holds (a synchronous export to a collector
-// that does not answer) leaves the RPCs of a held grpc Stop to be told by
-// the socket tables, as the Step's detail says.
+// that RPC. No Stop waits for that RPC: one that a process-wide stats
+// handler holds (a synchronous export to a collector that does not
+// answer) leaves the RPCs of a held grpc Stop to be told by the socket
+// tables, as the Step's detail says.
 //
 // A nil s (or a nil *grpc.Server in it) is not called: Stop returns an
 // error saying so.
@@ -490,12 +490,12 @@ func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (
 	defer end()
 	gs, _ := s.(*grpc.Server) // nil for another Server: its RPCs cannot name it
 	if gs != nil {
-		// Learned now, once per process (some 0.1 to 1 ms), while the
+		// Learned from now, once per process (some 0.1 to 1 ms), while the
 		// window is open, not in the slack after the deadline, where a held
-		// Stop reads it; waited for no longer than the window (a
-		// process-wide stats handler may hold its RPC), which GracefulStop
-		// has meanwhile.
-		awaitServerKey(ctx)
+		// Stop reads it; not waited for: only a held Stop reads it, and a
+		// process-wide stats handler may hold its RPC, which held every
+		// Stop, an idle server's too, to its deadline (row 3300).
+		keyLearning()
 	}
 	var st *gateState
 	if g != nil {

@@ -18,7 +18,8 @@ var grpcPkg = reflect.TypeFor[grpc.Server]().PkgPath()
 // an RPC (learnServerKey), once per process, on a goroutine of its own
 // that the first call starts: its RPC runs the process-wide stats
 // handlers, whose code may hold it (a tracer exporting to a collector that
-// does not answer), and no Stop may wait for it past its deadline.
+// does not answer), and no Stop waits for it: one held past its deadline
+// reads what it learned (serverKey).
 var keyLearning = sync.OnceValue(func() *learning {
 	l := &learning{done: make(chan struct{})}
 	go func() {
@@ -46,17 +47,9 @@ func serverKey() any {
 	}
 }
 
-// awaitServerKey starts learning serverKey, when no call did, and waits
-// for it until ctx ends.
-func awaitServerKey(ctx context.Context) {
-	select {
-	case <-keyLearning().done:
-	case <-ctx.Done():
-	}
-}
-
 // serverOf returns the *grpc.Server serving the RPC of ctx, or nil when
-// ctx does not say, or grpc's key is not learned (awaitServerKey). grpc-go (v1.85: Server.handleStream) puts the Server
+// ctx does not say, or grpc's key is not learned (keyLearning). grpc-go
+// (v1.85: Server.handleStream) puts the Server
 // in every RPC's context before its stats handler and interceptors run,
 // for its own stats, under a key of an unexported type, serverKey, that
 // only grpc's internal packages may read; no exported name of grpc's ties

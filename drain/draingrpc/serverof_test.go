@@ -38,3 +38,12 @@ func TestServerOfNamesTheServerOfAnRPC(t *testing.T) {
 	assert.ElementsMatch(t, []*grpc.Server{a.srv, b.srv}, servers)
 	assert.Nil(t, serverOf(context.Background()), "no RPC's context: no server")
 }
+
+// awaitServerKey starts learning serverKey, when no Stop did, and waits
+// for it until ctx ends.
+func awaitServerKey(ctx context.Context) {
+	select {
+	case <-keyLearning().done:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,60 @@
+package draingrpc
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+
+	"github.com/drainkit/drainkit/drain"
+)
+
+// Fault: the first Stop in a process started learning grpc's key (row
+// 3162) and then waited for it until its deadline before it looked at
+// GracefulStop at all, and so did every Stop after it while the learning
+// was held (a process-wide stats handler whose End waits for a collector
+// that does not answer): a server with no RPC, whose GracefulStop returned
+// at once, was held to the step's deadline, and the pod with it, where
+// the key is read only by a Stop held past its deadline.
+//
+//	every server           a stats handler whose End waits for the collector
+//	a, b (tcp)             no RPC
+//	Stop(a), 1 min         learns the key: its RPC's End held
+//	                       GracefulStop returns: so does Stop
+//	Stop(b), 1 min         the learning still held: Stop returns with GracefulStop
+//	the collector          answers only once both returned
+//
+// It runs in a process of its own: the key is learned once per process,
+// and the option is the process's.
+func TestStopOfAnIdleServerReturnsWithGracefulStopWhileLearningTheKeyIsHeld(t *testing.T) {
+	if !inAProcessOfItsOwn(t) {
+		return
+	}
+	collector := make(chan struct{})
+	withGlobalServerOptions(t, grpc.StatsHandler(holdEnds{until: collector}))
+	g := &drain.Gate{}
+	a := serve(t, g, "tcp")
+	b := serve(t, g, "tcp")
+	t.Cleanup(func() { close(collector) }) // before a's and b's own cleanups
+
+	returnsWithGracefulStop(t, a, g, "the first Stop, which starts learning the key")
+	returnsWithGracefulStop(t, b, g, "a Stop of another server while the learning is held")
+}
+
+// returnsWithGracefulStop runs Stop on s, idle, with a minute to its
+// deadline, and requires it to return nil long before.
+func returnsWithGracefulStop(t *testing.T, s *server, g *drain.Gate, which string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- Stop(ctx, s.srv, g) }()
+	select {
+	case err := <-stopped:
+		require.NoError(t, err, which)
+	case <-time.After(10 * time.Second): // a hang guard: GracefulStop of an idle server returns in milliseconds
+		t.Fatalf("%s still waits, 10 s on, for the RPC that learns grpc's key, where GracefulStop returned", which)
+	}
+}
