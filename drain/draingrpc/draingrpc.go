@@ -495,7 +495,7 @@ func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (
 		// Stop reads it; not waited for: only a held Stop reads it, and a
 		// process-wide stats handler may hold its RPC, which held every
 		// Stop, an idle server's too, to its deadline (row 3300).
-		keyLearning()
+		startLearning()
 	}
 	var st *gateState
 	if g != nil {

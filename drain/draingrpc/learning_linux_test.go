@@ -3,6 +3,7 @@ package draingrpc
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -57,4 +58,31 @@ func returnsWithGracefulStop(t *testing.T, s *server, g *drain.Gate, which strin
 	case <-time.After(10 * time.Second): // a hang guard: GracefulStop of an idle server returns in milliseconds
 		t.Fatalf("%s still waits, 10 s on, for the RPC that learns grpc's key, where GracefulStop returned", which)
 	}
+}
+
+// Fault: the first Stop in a process made the channel that says grpc's
+// key is learned (row 3162), and when that Stop ran in a testing/synctest
+// bubble (a test of a server's drain, timed as drainkit's own are) the
+// channel was the bubble's: the next Stop held past its deadline read it
+// from outside that bubble (another test, or a later bubble), and the
+// runtime ended the whole test binary, "fatal error: receive on synctest
+// channel from outside bubble".
+//
+//	a bubble               Stop of a server never served: starts learning the key
+//	a (tcp), outside it    a stream runs, a connection in its handshake
+//	Stop(a)                GracefulStop closes a's listener
+//	another process        listens on a's address
+//	the deadline           a's stream counts as cut, by the key learned in the bubble
+//
+// It runs in a process of its own: the key is learned once per process.
+func TestAHeldStopAfterTheFirstStopRanInASynctestBubble(t *testing.T) {
+	if !inAProcessOfItsOwn(t) {
+		return
+	}
+	synctest.Test(t, func(t *testing.T) {
+		require.NoError(t, Stop(t.Context(), grpc.NewServer(), nil), "a test's server, never served")
+	})
+
+	err := heldStopOfItsOwnStream(t)
+	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop, told by grpc's key")
 }

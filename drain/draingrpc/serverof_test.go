@@ -42,8 +42,9 @@ func TestServerOfNamesTheServerOfAnRPC(t *testing.T) {
 // awaitServerKey starts learning serverKey, when no Stop did, and waits
 // for it until ctx ends.
 func awaitServerKey(ctx context.Context) {
+	startLearning()
 	select {
-	case <-keyLearning().done:
+	case <-keyLearning.done:
 	case <-ctx.Done():
 	}
 }
