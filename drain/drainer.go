@@ -548,12 +548,15 @@ func (d *Drainer) makePlan(ownPreserver bool) error {
 // shutdown lost sandboxes. A warning, not a refusal: the kubelet's grace is
 // the node's configuration, which the pod's owner may not set, and every
 // deletion through the API server gives the pod's grace, which holds the
-// work.
+// work. A kubelet grace not shorter than the pod's is checked too: the
+// node still goes down at T0 + KubeletGrace, before the SIGKILL of the
+// kubelet's 2 s after SIGTERM that the pod's plan counts on when a preStop
+// sleep leaves less (grace 30 s, sleep 29 s: 500 ms of work, not 1 s).
 func (d *Drainer) warnKubeletShortfall(phases []deadline.Phase) {
-	grace := d.budget.Grace()
-	if d.kubelet == 0 || d.kubelet >= grace {
+	if d.kubelet == 0 {
 		return
 	}
+	grace := d.budget.Grace()
 	margin, sleep := budgetconf.Of(d.budget)
 	c := deadline.Config{Margin: margin, PreStopSleep: sleep}
 	at := func(b *deadline.Budget) []deadline.Phase {

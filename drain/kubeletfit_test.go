@@ -91,3 +91,26 @@ func TestNewServerWarnsOfTheKubeletsOwnGraceWithItsHTTPReserveThere(t *testing.T
 	assert.Equal(t, "500ms", m[1], "18.5 s of work in 18 s")
 	assert.NotContains(t, start(m[2]+"s", "18s"), "does not fit the kubelet's own grace", "the grace it named")
 }
+
+// The kubelet's own grace as long as the pod's still ends the node at
+// T0 + KubeletGrace, which with a preStop sleep that leaves less than the
+// kubelet's 2 s after SIGTERM comes before the SIGKILL the pod's plan
+// counts on: New said nothing of a KubeletGrace not shorter than the
+// grace, and a node shutdown lost the sandboxes its plan had accepted.
+//
+//	grace 30 s, preStop sleep 29 s, kubelet grace 30 s, one round of 800 ms:
+//	T0 ─ 29 s SIGTERM ─ 29.5 s deadline ─ 30 s the node's end ─ 31 s SIGKILL
+//	the pod's plan: 1 s after SIGTERM (its deadline at 30 s): fits;
+//	the node's: 500 ms: 300 ms short, a kubelet grace of 31 s holds it
+func TestNewWarnsWhenTheKubeletsOwnGraceAsLongAsThePodsEndsBeforeSIGKILL(t *testing.T) {
+	var logs logbuf.Buffer
+	b, err := deadline.New(30*time.Second, deadline.Config{PreStopSleep: 29 * time.Second})
+	require.NoError(t, err)
+	node := fakesandbox.NewNode()
+	node.AddN("vm", 4, time.Second)
+	_, err = New(Config{Budget: b, Sandboxes: node, Pod: podWithoutDeletion(t, 0), KubeletGrace: 30 * time.Second,
+		Pause:  pause.Config{Limit: 4, Estimator: deadline.NewEstimator(800 * time.Millisecond)},
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	require.NoError(t, err, "the pod's own grace holds the work: New starts")
+	assert.Regexp(t, `does not fit the kubelet's own grace.*kubelet_grace=30s short=300ms needs=31s`, logs.String())
+}
