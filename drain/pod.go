@@ -405,9 +405,12 @@ func (d *Drainer) notDeleted(at string, spec time.Duration) {
 	if d.kubelet > 0 {
 		// Its grace, not the manifest's; it holds after SIGTERM too (d.own).
 		d.own.Store(true)
-		changed := d.tightenOwn()
+		// tightened is SIGKILL's move, as every read says it; the node's
+		// end may move the deadline alone (a kubelet grace within the 2 s
+		// SIGKILL keeps after SIGTERM), which node_end and deadline show.
+		tightened := d.tightenOwn()
 		d.log.Warn("drain: the pod has no deletionTimestamp: the kubelet is terminating it on its own (graceful node shutdown, an eviction), with its grace",
-			"at", at, "kubelet_grace", d.kubelet, "tightened", changed, "kill", d.budget.Kill())
+			"at", at, "kubelet_grace", d.kubelet, "tightened", tightened, "node_end", d.budget.Start().Add(d.kubelet), "deadline", d.budget.Deadline(), "kill", d.budget.Kill())
 	}
 	if spec > 0 && spec < d.budget.Grace() {
 		changed := d.budget.Tighten(d.budget.Start().Add(spec))
@@ -629,11 +632,13 @@ func (d *Drainer) pollDeletion() {
 // 2 s, which only a SIGTERM in the slice's last 2 s reaches; the node's
 // end, which has none, keeps the budget's deadline before it then
 // (internal/nodeend), so that no phase, the device teardown least of all,
-// is laid out after the node went down.
-func (d *Drainer) tightenOwn() bool {
+// is laid out after the node went down. It reports whether SIGKILL moved,
+// not whether the node's end moved the deadline alone.
+func (d *Drainer) tightenOwn() (killMoved bool) {
 	end := d.budget.Start().Add(d.kubelet)
-	tightened := d.budget.Tighten(end)
-	return nodeend.Set(d.budget, end) || tightened
+	killMoved = d.budget.Tighten(end)
+	nodeend.Set(d.budget, end)
+	return killMoved
 }
 
 // stopPodReads ends the reads still running and waits for them: once it
