@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/bits"
 	"reflect"
 	"slices"
 	"strings"
@@ -690,7 +691,7 @@ func (d *Drainer) preserveReserve() time.Duration {
 		return deadline.Work(d.toPreserve, d.estimator(), d.preserver.Limit)()
 	}
 	others := max(len(l.ids)-l.ownN, 0)
-	mean := (l.ownSum + time.Duration(others)*est) / time.Duration(l.ownN+others)
+	mean := meanPreserve(l.ownSum, others, est, l.ownN+others)
 	running, k := d.toPreserve(), max(d.preserver.Limit(), 1)
 	if running <= 0 {
 		return 0
@@ -700,6 +701,23 @@ func (d *Drainer) preserveReserve() time.Duration {
 		return math.MaxInt64
 	}
 	return max(time.Duration(rounds)*mean, l.ownLong, l.priorLong(est))
+}
+
+// meanPreserve is (ownSum + others x est) / n, the mean estimate of one
+// preserve, in 128 bits: in 64 an estimate New accepts (a grace of
+// thousands of hours) over a few hundred listed sandboxes overflowed to a
+// negative mean, and the reserve fell to the longest own estimate. It
+// saturates at the largest Duration, as the rounds that multiply it do.
+// ownSum, est and n are not negative; n is positive.
+func meanPreserve(ownSum time.Duration, others int, est time.Duration, n int) time.Duration {
+	hi, lo := bits.Mul64(uint64(others), uint64(est))
+	lo, carry := bits.Add64(lo, uint64(ownSum), 0)
+	hi += carry
+	if hi >= uint64(n) { // the quotient would not fit in 64 bits
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(n))
+	return time.Duration(min(q, math.MaxInt64))
 }
 
 // unknownPreserve is the estimate of one preserve the plan counts while the
