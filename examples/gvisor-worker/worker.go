@@ -877,10 +877,14 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 	// spent the headroom left before SIGKILL (docs/faults.md row 365).
 	err := w.writeReport(rep, stopped)
 	w.learned.Save(rep, w.drainer.Budget(), w.steps) // for the next worker and drainkit plan
-	if w.close() && !ended {
+	grpcStopped, left := w.close()
+	if left != nil { // the pod's last state says why the exit status is 1
+		w.writeTerminationMessage(rep, errors.Join(stopped, left), err)
+	}
+	if grpcStopped && !ended {
 		stopped = <-served
 	}
-	return rep, errors.Join(stopped, err)
+	return rep, errors.Join(stopped, err, left)
 }
 
 // writeReport writes rep to STATE_DIR/last-shutdown.json and its summary, with stopped
@@ -891,25 +895,33 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 // as it stood stays, unfinished, and on a full file system this one written in the space
 // that freed (lastreport.Progress.Finish; docs/faults.md rows 1118, 1119, 1611).
 func (w *Worker) writeReport(rep *drain.Report, stopped error) error {
-	reportPath := filepath.Join(w.cfg.StateDir, reportFile)
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err == nil { // an empty file is not a Report: a Report that does not encode is an error
 		err = w.progress.Finish(data)
 	}
-	extra := termmsg.ServerLines("gvisor-worker", stopped, reportPath, err)
+	w.writeTerminationMessage(rep, stopped, err)
+	return err
+}
+
+// writeTerminationMessage writes rep's summary to the termination message path, with
+// why the exit status is 1 besides the drain (failed: serving stopped on its own,
+// checkpoints left running) and where the Report is (reportErr when it could not be
+// written); a failure to write it is logged.
+func (w *Worker) writeTerminationMessage(rep *drain.Report, failed, reportErr error) {
+	extra := termmsg.ServerLines("gvisor-worker", failed, filepath.Join(w.cfg.StateDir, reportFile), reportErr)
 	path, explicit := termmsg.Path(w.cfg.TerminationLog)
 	if _, werr := termmsg.Write(path, explicit, termmsg.Summary(rep, extra...)); werr != nil {
 		w.logger.Warn("termination message not written", "error", werr)
 	}
-	return err
 }
 
 // close stops gRPC, waits for the checkpoints the drain abandoned (awaitAbandoned), then
 // stops the sandbox node's timeouts, the learned rates, the state directory's lock and
 // the signals (SIGTERM stays caught after that in Main's worker,
 // until the process exits: config.exits), and reports whether grpc's Stop returned: when it did
-// not (stopWait), Serve has not returned either and is not to be waited for.
-func (w *Worker) close() (grpcStopped bool) {
+// not (stopWait), Serve has not returned either and is not to be waited for. Its error
+// names the abandoned checkpoints still running when it stopped waiting for them.
+func (w *Worker) close() (grpcStopped bool, left error) {
 	defer w.signals.Stop()  // last: until the process exits, a SIGTERM must not end it half-way
 	defer w.lock.Release()  // it lets a worker waiting for the directory in
 	defer w.learned.Close() // a worker closed without its Save: the rates file's lock too
@@ -917,11 +929,11 @@ func (w *Worker) close() (grpcStopped bool) {
 	if w.grpc != nil {
 		grpcStopped = w.stopGRPC()
 	}
-	w.awaitAbandoned()
+	left = w.awaitAbandoned()
 	if w.node != nil {
 		w.node.Close()
 	}
-	return grpcStopped
+	return grpcStopped, left
 }
 
 // awaitAbandoned waits, holding the state directory, for the checkpoints the drain
@@ -930,21 +942,58 @@ func (w *Worker) close() (grpcStopped bool) {
 // worker restarted on it (in the same PID namespace: a supervisor's restart, not a new
 // pod's), whose sweep took the sandbox still checkpointing for one lost running and
 // force-deleted it mid-save: the sandbox lost, where its checkpoint would have saved it
-// for that worker to restore (row 3221). The wait has no bound of its own, as those
-// checkpoints have none: in a pod the kubelet's SIGKILL ends it, and with it the
-// checkpoints, as the worker's exit as PID 1 did before.
-func (w *Worker) awaitAbandoned() {
+// for that worker to restore (row 3221).
+//
+// Those checkpoints have no bound of their own (a stuck gofer, a hung images volume), so
+// the wait ends abandonedExitLead before the budget's SIGKILL, and its error names the
+// checkpoints still running: waited for without bound, such a one held the worker for
+// ever outside a pod (systemd, `go run`), and in a pod until SIGKILL, exit status 137
+// with nothing saying what it waited for (row 3260).
+func (w *Worker) awaitAbandoned() error {
 	inFlight := w.stops.inFlight()
 	if len(inFlight) == 0 {
-		return
+		return nil
 	}
 	slices.Sort(inFlight)
 	start := time.Now()
-	w.logger.Warn("checkpoints the drain abandoned still run: holding the state directory until they end, so that what they save is recorded for the next worker",
-		"ids", inFlight)
-	<-w.stops.whenIdle()
+	w.logger.Warn("checkpoints the drain abandoned still run: holding the state directory until they end, so that what they save is recorded for the next worker, at most until just before SIGKILL",
+		"ids", inFlight, "sigkill_in", time.Until(w.drainer.Budget().Kill()).Round(time.Millisecond))
+	if !w.untilIdleOrKill() {
+		left := w.stops.inFlight()
+		slices.Sort(left)
+		err := fmt.Errorf("checkpoints the drain abandoned still running %v before SIGKILL, after %v: %v; the worker exits without them, and a sandbox whose checkpoint has not ended is lost",
+			abandonedExitLead, time.Since(start).Round(time.Millisecond), left)
+		w.logger.Error("the checkpoints the drain abandoned did not end before SIGKILL: releasing the state directory without them", "ids", left, "error", err)
+		return err
+	}
 	w.logger.Info("the checkpoints the drain abandoned have ended; releasing the state directory",
 		"ids", inFlight, "waited", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// abandonedExitLead is how long before the budget's SIGKILL awaitAbandoned gives up: the
+// time the worker takes to say what it left (the log, the termination message) and exit
+// with a status of its own, where SIGKILL's 137 said nothing.
+const abandonedExitLead = 250 * time.Millisecond
+
+// untilIdleOrKill waits until no checkpoint is in flight, true, or until
+// abandonedExitLead before the budget's SIGKILL, false, following the budget's moves.
+func (w *Worker) untilIdleOrKill() bool {
+	budget := w.drainer.Budget()
+	idle := w.stops.whenIdle()
+	for {
+		moved := budget.Changed() // before the read: Changed's rule
+		giveUp := time.NewTimer(time.Until(budget.Kill().Add(-abandonedExitLead)))
+		select {
+		case <-idle:
+			giveUp.Stop()
+			return true
+		case <-giveUp.C:
+			return false
+		case <-moved:
+			giveUp.Stop()
+		}
+	}
 }
 
 // stopWait is how long close waits for grpc's Stop. Closing connections takes

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/drain"
+)
+
+// Fault (a review of row 3221): the worker held its state directory until the checkpoints
+// the drain abandoned ended, with no bound: a runsc checkpoint that never ends (a stuck
+// gofer, a hung images volume) kept it for ever outside a pod (systemd, `go run`), and in
+// a pod until the kubelet's SIGKILL: exit status 137, the termination message the drain's
+// alone, the last log line the WARN that it waits. It now waits until just before the
+// budget's SIGKILL (abandonedExitLead), then ends by itself, its error (exit status 1) and
+// its termination message naming the checkpoints still running.
+//
+//	0          the drain begins; the one checkpoint is held, never to end
+//	+6.5 s     the hard deadline: the checkpoint abandoned; the Report written
+//	           the worker holds the directory for the checkpoint
+//	+8 s       SIGKILL due (no one sends it here)
+//	           before: still waiting 10 s later; after: ended just before it, naming the checkpoint
+func TestWorkerHeldByACheckpointThatNeverEndsEndsBeforeSIGKILLNamingIt(t *testing.T) {
+	cfg := runscConfig(t)
+	cfg.Grace = earlyGrace
+	cfg.Concurrency = 1
+	cfg.TerminationLog = filepath.Join(t.TempDir(), "termination-log")
+	w, _, stop, d, ids := slowWorker(t, cfg, 1)
+	id := ids[0]
+	d.mark("hold", id, "")
+	t.Cleanup(func() { os.Remove(filepath.Join(d.dir, "hold-"+id)) })
+	ended := make(chan *drain.Report, 1)
+	go func() { ended <- stop() }() // as SIGTERM would
+	awaitReport(t, w)
+	kill := w.drainer.Budget().Kill()
+
+	select {
+	case <-ended:
+	case <-time.After(time.Until(kill.Add(10 * time.Second))):
+		t.Fatalf("the worker still holds its state directory 10 s past SIGKILL, for checkpoint %s", id)
+	}
+	returned := time.Now()
+	t.Logf("ended %v before SIGKILL", kill.Sub(returned).Round(time.Millisecond))
+	assert.True(t, returned.Before(kill), "the worker waited to SIGKILL, which ends it with 137")
+	assert.Contains(t, w.stops.inFlight(), id, "the checkpoint no longer ran: nothing was left")
+	msg, err := os.ReadFile(cfg.TerminationLog)
+	require.NoError(t, err)
+	t.Logf("termination message:\n%s", msg)
+	assert.Contains(t, string(msg), "checkpoints the drain abandoned still running", "the termination message does not say the worker left a checkpoint running")
+	assert.Contains(t, string(msg), id, "the termination message does not name the checkpoint")
+}
