@@ -240,6 +240,9 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 				"id", id, "error", err)
 			return Info{}, err
 		}
+		// No record names the image: kept, it held its size of the images volume, and
+		// another sandbox's checkpoint failed for want of space, that sandbox lost (row 3261).
+		n.dropImage(id)
 		n.setRunning(e)
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
 	}
@@ -295,13 +298,20 @@ func (n *Node) Resume(ctx context.Context, id string) (Info, error) {
 	if err := n.st.Delete(id); err != nil {
 		return Info{}, n.undoResume(ctx, e, err)
 	}
-	if d, ok := n.rt.(imageDropper); ok { // no record names the image any more
+	n.dropImage(id) // no record names the image any more
+	return n.setRunning(e), nil
+}
+
+// dropImage removes the image sandbox id, running again, was restored from, once no
+// record names it, when the runtime leaves it (imageDropper); a removal that fails is a
+// WARN.
+func (n *Node) dropImage(id string) {
+	if d, ok := n.rt.(imageDropper); ok {
 		if err := d.DropImage(id); err != nil {
 			n.logger.Warn("resumed sandbox's image not removed: it stays on disk until the sandbox is paused again or deleted",
 				"id", id, "error", err)
 		}
 	}
-	return n.setRunning(e), nil
 }
 
 // An imageDropper is a Runtime whose Resume leaves the image (the fake's, runsc's), to be
