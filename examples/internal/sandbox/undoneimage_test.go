@@ -51,20 +51,31 @@ func TestPauseUndoneForItsRecordLeavesNoImageToFillTheVolume(t *testing.T) {
 		"the images volume keeps a's image")
 	t.Logf("in use after a's undone pause: %d bytes", usedBytes(t, images)-empty)
 
-	before := usedBytes(t, images)
-	_, err = n.Pause(ctx, b.ID)
-	require.NoError(t, err)
-	bImage := usedBytes(t, images) - before
-	require.Positive(t, bImage, "b's image takes room")
-	_, err = n.Resume(ctx, b.ID)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return usedBytes(t, images) == before }, 10*time.Second, 10*time.Millisecond,
-		"b's resume left its image")
-	size := empty + bImage*3/2
-	require.NoError(t, syscall.Mount("", images, "", syscall.MS_REMOUNT, fmt.Sprintf("size=%d", size)),
-		"the images volume shrunk to room for 1.5 images")
-	t.Logf("b's image %d bytes; the volume %d bytes, %d in use", bImage, size, usedBytes(t, images))
-	_, err = n.Pause(ctx, b.ID)
-	require.NoError(t, err, "b's checkpoint finds room for its image")
+	checkpointFindsRoom(t, ctx, n, rt, b.ID, empty)
 	waitCount(t, rt.Bundle(a.ID), mustCounter(t, rt.Bundle(a.ID))+1)
 }
+
+// checkpointFindsRoom shrinks the images volume of rt, empty bytes in use when it held no
+// image, to room for 1.5 images of sandbox id, and pauses id: its checkpoint finds room
+// only when no other image holds the volume.
+func checkpointFindsRoom(t *testing.T, ctx context.Context, n *Node, rt *Runsc, id string, empty uint64) {
+	t.Helper()
+	images := filepath.Dir(rt.Image(id))
+	before := usedBytes(t, images)
+	_, err := n.Pause(ctx, id)
+	require.NoError(t, err)
+	image := usedBytes(t, images) - before
+	require.Positive(t, image, "the image takes room")
+	_, err = n.Resume(ctx, id)
+	require.NoError(t, err)
+	// The restored sandbox lets go of its image's files a moment after its restore.
+	require.Eventually(t, func() bool { return usedBytes(t, images) == before }, 10*time.Second, 10*time.Millisecond,
+		"the resume left its image")
+	size := empty + image*3/2
+	require.NoError(t, syscall.Mount("", images, "", syscall.MS_REMOUNT, fmt.Sprintf("size=%d", size)),
+		"the images volume shrunk to room for 1.5 images")
+	t.Logf("%s's image %d bytes; the volume %d bytes, %d in use", id, image, size, usedBytes(t, images))
+	_, err = n.Pause(ctx, id)
+	require.NoError(t, err, "the checkpoint finds room for its image")
+}
+
