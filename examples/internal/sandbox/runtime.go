@@ -543,6 +543,12 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 			return "", backoff.Permanent(fmt.Errorf("runsc checkpoint %s: %w: %w; restoring it from the image failed: %w",
 				id, ErrNotDurable, err, rerr))
 		}
+		// Nothing names the image now: kept, it held its size of the images volume to
+		// the sandbox's next checkpoint or delete, and another sandbox's checkpoint
+		// failed for want of space, that sandbox lost (row 3262).
+		if rmerr := removePresent(image); rmerr != nil {
+			return "", fmt.Errorf("runsc checkpoint %s: the image could not be made durable (the sandbox was restored from it and runs on; the image stays, not removed: %w): %w", id, rmerr, err)
+		}
 		return "", fmt.Errorf("runsc checkpoint %s: the image could not be made durable (the sandbox was restored from it and runs on): %w", id, err)
 	}
 	if unread != nil {

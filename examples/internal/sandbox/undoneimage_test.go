@@ -79,3 +79,39 @@ func checkpointFindsRoom(t *testing.T, ctx context.Context, n *Node, rt *Runsc, 
 	require.NoError(t, err, "the checkpoint finds room for its image")
 }
 
+// Fault (a review of row 3220): a checkpoint whose image could not be made durable (its
+// fsync failed) restores the sandbox from that image, running on, as a failed Pause
+// promises; but the image stayed on the images volume: nothing names it, nothing restores
+// it, and it held its size of the volume until the sandbox's next checkpoint or delete.
+// Another sandbox's checkpoint then failed for want of space, which stops that sandbox:
+// lost. Pause now removes it once the sandbox runs again from it.
+//
+//	0          a and b run; the images volume has room for 1.5 of b's image
+//	           a paused: its image written, its fsync fails: a restored from it, running
+//	           before: its image stays; after: removed
+//	           b paused: before: no space left on device, b lost; after: paused
+func TestPauseWhoseImageSyncFailedLeavesNoImageToFillTheVolume(t *testing.T) {
+	n, rt, _ := newRunscNode(t)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := runningCounter(t, ctx, n, rt)
+	b := runningCounter(t, ctx, n, rt)
+	mountImages(t, rt, "256m")
+	images := filepath.Dir(rt.Image(a.ID))
+
+	empty := usedBytes(t, images)
+	failImageSync(t, 1)
+	_, err := n.Pause(ctx, a.ID)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.ElementsMatch(t, []Info{{ID: a.ID, State: Running, TimeoutS: 3600}, {ID: b.ID, State: Running, TimeoutS: 3600}}, n.List(),
+		"a restored from its image: it runs on")
+	_, err = os.Stat(rt.Image(a.ID))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the image a was restored from is removed: nothing names it")
+	assert.Eventually(t, func() bool { return usedBytes(t, images) == empty }, 10*time.Second, 10*time.Millisecond,
+		"the images volume keeps a's image")
+	t.Logf("in use after a's failed pause: %d bytes", usedBytes(t, images)-empty)
+
+	checkpointFindsRoom(t, ctx, n, rt, b.ID, empty)
+	waitCount(t, rt.Bundle(a.ID), mustCounter(t, rt.Bundle(a.ID))+1)
+}
