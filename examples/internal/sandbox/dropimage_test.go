@@ -49,6 +49,11 @@ func TestResumedRunscSandboxLeavesNoImageToFillTheVolume(t *testing.T) {
 	image := usedBytes(t, images) - empty
 	_, err = n.Resume(ctx, a.ID)
 	require.NoError(t, err)
+	// The restored sandbox holds its image, removed, open a moment after
+	// runsc restore returns: the space is the volume's once it closes it.
+	// Without the fix it never is, and this fails.
+	require.Eventually(t, func() bool { return usedBytes(t, images) == empty }, 10*time.Second, 10*time.Millisecond,
+		"the space of a's image given back once a runs again")
 	size := empty + image*3/2
 	require.NoError(t, syscall.Mount("", images, "", syscall.MS_REMOUNT, fmt.Sprintf("size=%d", size)),
 		"the images volume shrunk to room for 1.5 images")
