@@ -30,16 +30,25 @@
 //     nothing, since the process (or the waiter) was stopped for an
 //     unknown part of it, and what the waiter waits for with it; the next
 //     stretch starts when the waiter has seen that;
-//   - the waiter gives up only once the stretches it counted make the
-//     whole slack, and a value that is ready then still wins.
+//   - the waiter gives up once the stretches it counted make the whole
+//     slack, or at the end of its last stretch: the one it starts at the
+//     first wake past the slack's wall bound (ten times the slack, at
+//     least 500 ms: 1 s for drain's 100 ms), counted or not; a value that
+//     is ready then still wins.
 //
 // So a stop of the process costs the waited-for call at most one stretch
 // of its slack (5 ms, and the 1 ms), and nothing when it lasts 11 ms or
-// more, however many stops there are and however long. With the process
+// more, however many stops there are, as long as the slack is counted
+// within its wall bound; a stop that outlasts the bound still leaves the
+// call the last stretch once the process runs again. With the process
 // running, a call that hangs is abandoned the slack after the waiter saw
 // its context end, and the latency of the waiter's wakes (in virtual
 // time, exactly the slack); each stop adds itself and at most a stretch.
-// A process that never runs for a stretch without being held never gives
-// up, as a frozen one never would. (docs/faults.md rows 2861, 2941, 2940,
-// 3020.)
+// A process held at every stretch (a container whose CPU quota its
+// threads use up, each stretch seen a CFS period late; a node where every
+// wake is 6 ms late or more) counts nothing, and gives up at its wall
+// bound and one stretch, each seen as late as the process runs: a call
+// that hangs there is abandoned, and the drain's later steps run. A
+// frozen process gives up on nothing until it runs again. (docs/faults.md
+// rows 2861, 2941, 2940, 3020, 3240.)
 package bounded

@@ -19,6 +19,27 @@ const (
 	jitter  = time.Millisecond
 )
 
+// minWallBound is the least wall time a slack may last (see wallBound):
+// five of CFS bandwidth control's periods (100 ms unless set), in each of
+// which a process at its CPU quota runs.
+const minWallBound = 500 * time.Millisecond
+
+// wallBound is how long a slack of d lasts at most in wall time, before
+// its last stretch: ten times d, at least minWallBound. A process held so
+// much that d of its waiter's stretches are not seen on time within ten
+// times d (a container at a CPU quota its other threads use up, every
+// stretch seen a period late; a node loaded enough that every wake is 6
+// ms late) never gave up on a call that hangs, and the drain's later
+// steps (the ublk teardown, which must run before SIGKILL) never began
+// (row 3240). Ten times d lets a call ride out stops of nine tenths of the
+// time; the bound grows with d, so a wait inside another with a longer
+// slack (pause's 20 ms in drain's 100 ms; draingrpc's 50 ms, ublk's 20
+// ms, in a step's 100 ms) gives up first, and the outer one gets its
+// result; and drain's 100 ms slack ends within 1 s of wall time, less
+// than the budget's smallest margin before SIGKILL (1.5 s), so a hang in
+// the last step still leaves the process time to exit.
+func wallBound(d time.Duration) time.Duration { return max(10*d, minWallBound) }
+
 // A Slack is a wait of a given length counted in the time its waiter saw
 // pass on time, not in wall time: a process frozen inside it does not
 // spend it (see the package's doc). It is one goroutine's: the one that
@@ -28,14 +49,17 @@ type Slack struct {
 	cur   time.Duration // the stretch the timer runs
 	timer *time.Timer
 	due   time.Time // the stretch's end
+	bound time.Time // past it, the next stretch is the last (wallBound)
+	last  bool      // the stretch the timer runs ends the slack, however late seen
 }
 
 // NewSlack starts a slack of d from now: its first stretch, at most stretch
 // long. Stop it when done with it.
 func NewSlack(d time.Duration) *Slack {
-	s := &Slack{left: max(d, 0)}
+	now := time.Now()
+	s := &Slack{left: max(d, 0), bound: now.Add(wallBound(d))}
 	s.cur = min(s.left, stretch)
-	s.due = time.Now().Add(s.cur)
+	s.due = now.Add(s.cur)
 	s.timer = time.NewTimer(s.cur)
 	return s
 }
@@ -46,17 +70,22 @@ func (s *Slack) C() <-chan time.Time { return s.timer.C }
 
 // Spent, called once C fired and was read, counts the stretch that ended
 // (its length, less how late past jitter this goroutine saw it end) and
-// reports whether the whole slack has been counted; if not, it starts the
-// next stretch, from now. A stretch seen late counts less, or nothing:
-// its process, or this goroutine, did not run for part of it (how much is
-// unknown), and what the slack waits for may have been stopped with it.
+// reports whether the whole slack has been counted, or the last stretch
+// ended; if not, it starts the next stretch, from now, the last one if
+// the slack has lasted its wall bound. A stretch seen late counts less,
+// or nothing: its process, or this goroutine, did not run for part of it
+// (how much is unknown), and what the slack waits for may have been
+// stopped with it.
 func (s *Slack) Spent() bool {
 	now := time.Now()
 	lateness := max(now.Sub(s.due)-jitter, 0)
 	s.left -= max(s.cur-lateness, 0)
-	if s.left <= 0 {
+	if s.left <= 0 || s.last {
 		return true
 	}
+	// Not given up at once: this wake may be the first after a stop that
+	// outlasted the bound, and the call, stopped with it, gets a stretch.
+	s.last = !now.Before(s.bound)
 	s.cur = min(s.left, stretch)
 	s.due = now.Add(s.cur)
 	s.timer.Reset(s.cur) // fired, and read: no stale tick
