@@ -88,3 +88,91 @@ func runFrozenStopChild(t *testing.T) {
 	require.NoError(t, err)
 	fmt.Printf("phase %s\n", j)
 }
+
+// frozenStopAgainChild names, in the environment of this test binary run
+// again, the drain it makes: one whose preStop wait's listing, stopped by
+// Shutdown, freezes its process again and again.
+const frozenStopAgainChild = "DRAINKIT_DRAIN_FROZEN_STOP_AGAIN_CHILD"
+
+const (
+	stopFreezes = 3                      // of the process, as the stopped listing runs on
+	stopFrozen  = 150 * time.Millisecond // each: longer than drain's slack
+	stopRun     = 15 * time.Millisecond  // the listing's run before each freeze
+)
+
+// Fault: past row 2860, Shutdown waited for the preStop wait it had just
+// stopped with a rule of its own: 100 ms in wall time (the count's
+// give-up, due), then 100 ms from when it, awake past that, had seen it:
+// one freeze per half. The count gives up on its listing by the package's
+// slack (time seen pass on time, row 3020), so a process frozen again in
+// the second half (a container at its CPU quota, stopped every period; a
+// loaded node) ran again with Shutdown's wait due to give up and the
+// count not yet given up, and Shutdown gave up first: the drain phase
+// TimedOut, "waiting", with no End, where SIGTERM had stopped it. The
+// wait is now the one rule: twice drain's slack, of the time it saw pass
+// on time (bounded.Within), the count's slack and as much for what
+// follows it. The listing freezes its process itself (SIGSTOP), so the
+// freezes fall inside the wait however loaded the machine.
+//
+//	0           the child's preStop wait counts 1 sandbox running; its next
+//	            count's listing ignores its context
+//	T           Shutdown starts (SIGTERM): the wait's count is stopped
+//	+15 ms      the listing freezes the process; +150 ms the test thaws it
+//	            (SIGCONT), 3 times
+//	then        the listing runs on, given up on by the count 100 ms (seen
+//	            on time) after: the drain phase Stopped by SIGTERM
+func TestPreStopWaitOfAProcessFrozenAgainAndAgainAsShutdownStopsItIsStopped(t *testing.T) {
+	if os.Getenv(frozenStopAgainChild) != "" {
+		runFrozenStopAgainChild(t)
+		return
+	}
+	child := proctest.Again(t, frozenStopAgainChild)
+	for range stopFreezes {
+		child.AwaitStop(t)
+		time.Sleep(stopFrozen)
+		child.Thaw(t)
+	}
+	var p PhaseReport
+	child.Decode(t, map[string]any{"phase": &p})
+	assert.Equal(t, Stopped, p.Result, "the wait was stopped by SIGTERM, not still waiting: %q", p.Error)
+	assert.Equal(t, reasonSIGTERM, p.Error)
+	assert.False(t, p.End.IsZero(), "the wait ended")
+}
+
+// runFrozenStopAgainChild is the child's drain: a preStop wait whose
+// first count finds one sandbox running and whose next listing, once its
+// context ends, runs 15 ms and freezes the process, 3 times, then runs
+// past drain's slack; Shutdown once that listing runs; then the drain
+// phase's report.
+func runFrozenStopAgainChild(t *testing.T) {
+	node := fakesandbox.NewNode()
+	node.AddN("sb", 1, 10*time.Millisecond)
+	var lists atomic.Int32
+	listing := make(chan struct{})
+	list := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+		if lists.Add(1) != 2 {
+			return node.List(ctx)
+		}
+		close(listing)
+		<-ctx.Done()
+		for range stopFreezes {
+			time.Sleep(stopRun)
+			if err := proctest.FreezeSelf(); err != nil {
+				return nil, err
+			}
+		}
+		time.Sleep(2 * returnSlack) // past drain's slack: given up on
+		return nil, ctx.Err()
+	})
+	b, err := deadline.New(30*time.Second, deadline.Config{Margin: time.Second})
+	require.NoError(t, err)
+	d, err := New(Config{Budget: b, Sandboxes: list, PollInterval: 10 * time.Millisecond,
+		Pause: pause.Config{Estimator: deadline.NewEstimator(10 * time.Millisecond)}})
+	require.NoError(t, err)
+	go d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/drain", nil))
+	<-listing
+	rep := d.Shutdown(t.Context())
+	j, err := json.Marshal(rep.Phase(PhaseDrain))
+	require.NoError(t, err)
+	fmt.Printf("phase %s\n", j)
+}

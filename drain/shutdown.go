@@ -302,29 +302,19 @@ func (d *Drainer) logPlan(ctx context.Context) (warned bool) {
 // drainResult is the Result of the preStop wait that ended for reason.
 // awaitPreStopWait waits for the preStop wait that Shutdown just stopped
 // (termStop) to end: at once, or once its count, given up on returnSlack
-// after it saw the stop, is over. The returnSlack more that the wait has
-// for what follows its count runs from when this goroutine, awake past
-// the count's end, has seen it due, not from Shutdown's start: a process
-// frozen across both (a container at its CPU quota, a loaded node) runs
-// again with this wait and the count's due at once, and a wait that gave
-// up then took the preStop wait, stopped by SIGTERM, for one still
-// waiting: the drain phase TimedOut, "waiting", with no End
-// (docs/faults.md row 2860). A wait that hangs past its count (a log
-// handler that blocks) still holds Shutdown no longer than 2 returnSlack
-// while the process runs.
+// after it saw the stop, is over. It waits twice returnSlack, the count's
+// slack and as much for what follows the count, of the time it saw pass
+// on time (internal/bounded's rule, by which the count gives up on its
+// listing): a process frozen across both (a container at its CPU quota, a
+// loaded node) runs again with this wait and the count's due at once, and
+// a wait that gave up then took the preStop wait, stopped by SIGTERM, for
+// one still waiting: the drain phase TimedOut, "waiting", with no End
+// (docs/faults.md rows 2860, 3241). A wait that hangs past its count (a
+// log handler that blocks) still holds Shutdown no longer than 2
+// returnSlack while the process runs, and than the slack's wall bound
+// (2 s) and a stretch however held.
 func (d *Drainer) awaitPreStopWait(run *preStopRun) {
-	t := time.NewTimer(returnSlack) // the count's give-up, due
-	defer t.Stop()
-	select {
-	case <-run.done:
-		return
-	case <-t.C:
-	}
-	t.Reset(returnSlack) // fired, and read: no stale tick
-	select {
-	case <-run.done:
-	case <-t.C:
-	}
+	bounded.Within(run.done, 2*returnSlack)
 }
 
 func drainResult(reason string) Result {
