@@ -32,8 +32,8 @@
 //     stretch starts when the waiter has seen that;
 //   - the waiter gives up once the stretches it counted make the whole
 //     slack, or at the end of its last stretch: the one it starts at the
-//     first wake past the slack's wall bound (ten times the slack, at
-//     least 500 ms: 1 s for drain's 100 ms), counted or not; a value that
+//     first wake past the slack's wall bound (a second and five times
+//     the slack: 1.5 s for drain's 100 ms), counted or not; a value that
 //     is ready then still wins.
 //
 // So a stop of the process costs the waited-for call at most one stretch

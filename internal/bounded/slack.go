@@ -19,26 +19,29 @@ const (
 	jitter  = time.Millisecond
 )
 
-// minWallBound is the least wall time a slack may last (see wallBound):
-// five of CFS bandwidth control's periods (100 ms unless set), in each of
-// which a process at its CPU quota runs.
-const minWallBound = 500 * time.Millisecond
+// stopsAllowed is the wall time a slack allows for its process's stops
+// beyond five times itself (see wallBound): ten of CFS bandwidth
+// control's periods (100 ms unless set), in each of which a process at
+// its CPU quota runs.
+const stopsAllowed = time.Second
 
 // wallBound is how long a slack of d lasts at most in wall time, before
-// its last stretch: ten times d, at least minWallBound. A process held so
-// much that d of its waiter's stretches are not seen on time within ten
-// times d (a container at a CPU quota its other threads use up, every
-// stretch seen a period late; a node loaded enough that every wake is 6
-// ms late) never gave up on a call that hangs, and the drain's later
-// steps (the ublk teardown, which must run before SIGKILL) never began
-// (row 3240). Ten times d lets a call ride out stops of nine tenths of the
-// time; the bound grows with d, so a wait inside another with a longer
-// slack (pause's 20 ms in drain's 100 ms; draingrpc's 50 ms, ublk's 20
-// ms, in a step's 100 ms) gives up first, and the outer one gets its
-// result; and drain's 100 ms slack ends within 1 s of wall time, less
-// than the budget's smallest margin before SIGKILL (1.5 s), so a hang in
-// the last step still leaves the process time to exit.
-func wallBound(d time.Duration) time.Duration { return max(10*d, minWallBound) }
+// its last stretch: stopsAllowed and five times d. A process held so much
+// that its waiter did not see d of stretches end on time within it (a
+// container at a CPU quota its other threads use up, every stretch seen
+// a period late; a node loaded enough that every wake is 6 ms late)
+// never gave up on a call that hangs, and the drain's later steps (the
+// ublk teardown, which must run before SIGKILL) never began (row 3240).
+// The second lets a process be stopped three times for 100 to 150 ms,
+// and a loaded machine delay its thaws, inside a slack (rows 2940, 3020,
+// 3021). The bound grows with d, so that a wait inside another with a
+// longer slack gives up first and the outer one gets its result:
+// pause's 20 ms (1.1 s) inside drain's 100 ms (1.5 s); draingrpc's 50 ms
+// (1.25 s) and ublk's reads, 20 ms, inside a step's 100 ms. Drain's ends
+// within the budget's smallest margin before SIGKILL (1.5 s) of the
+// deadline it follows, and a stretch, each seen as late as the process
+// runs.
+func wallBound(d time.Duration) time.Duration { return stopsAllowed + 5*d }
 
 // A Slack is a wait of a given length counted in the time its waiter saw
 // pass on time, not in wall time: a process frozen inside it does not
