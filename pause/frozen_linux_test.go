@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -170,8 +169,9 @@ func runFrozenSlackChild(t *testing.T) {
 }
 
 // wrapsUp is a prompt whose Preserve, once its context ends, freezes its
-// process if none of the others did (the process's threads stop as the
-// kill returns), and returns slackWrapUp after it runs again, as one that
+// process if none of the others did (proctest.FreezeSelf: at this point of
+// its run, where a kill(2) of the process let it run on for tens of ms
+// under load), and returns slackWrapUp after it runs again, as one that
 // heeds its context but has to finish a write.
 type wrapsUp struct {
 	prompt
@@ -180,7 +180,7 @@ type wrapsUp struct {
 
 func (w wrapsUp) Preserve(ctx context.Context) error {
 	err := w.prompt.Preserve(ctx)
-	w.freeze.Do(func() { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) })
+	w.freeze.Do(func() { _ = proctest.FreezeSelf() })
 	time.Sleep(slackWrapUp)
 	return err
 }
@@ -277,3 +277,4 @@ func (f freezesAgain) Preserve(ctx context.Context) error {
 	time.Sleep(againRun)
 	return err
 }
+

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 
@@ -99,9 +98,10 @@ func runFrozenStopChild(t *testing.T) {
 }
 
 // wrapsUpWorker's UnaryCall says it runs; as its context is cancelled it
-// freezes its process (the process's threads stop as the kill returns),
-// and returns handlerWrapUp after the process runs again, as a handler
-// that finishes a write.
+// freezes its process (proctest.FreezeSelf: at this point of its run,
+// where a kill(2) of the process let it run on for tens of ms under
+// load), and returns handlerWrapUp after the process runs again, as a
+// handler that finishes a write.
 type wrapsUpWorker struct {
 	testgrpc.UnimplementedTestServiceServer
 	running chan struct{}
@@ -110,7 +110,7 @@ type wrapsUpWorker struct {
 func (w wrapsUpWorker) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
 	close(w.running)
 	<-ctx.Done()
-	if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
+	if err := proctest.FreezeSelf(); err != nil {
 		return nil, err
 	}
 	time.Sleep(handlerWrapUp)
