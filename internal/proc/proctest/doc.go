@@ -5,5 +5,7 @@
 // waits until InSigwait says it waits; then it signals it. And a test run again as a child of
 // its own binary (Again), which the test freezes and thaws around an instant of the child's
 // run, as a container at its CPU quota or a loaded node stops a process, and whose lines it
-// reads: the frozen-process tests of pause, drain and draingrpc.
+// reads: the frozen-process tests of pause, drain and draingrpc. And a cgroup with a CPU
+// quota (CPUQuota) such a child joins (JoinCgroup), as a container at its CPU limit: the
+// throttled test of internal/bounded.
 package proctest
