@@ -22,8 +22,9 @@ type Child struct {
 }
 
 // Again starts t's test again in a child process with the variable env set
-// to 1 (the test runs its child's part when it is set) and its standard
-// error the test's. At t's cleanup the child is thawed and killed, so a
+// to 1 (the test runs its child's part when it is set), or to the value the
+// test gave it (t.Setenv: a pid file's path), and its standard error the
+// test's. At t's cleanup the child is thawed and killed, so a
 // failure before Thaw leaves no process frozen.
 func Again(t testing.TB, env string) *Child {
 	t.Helper()
@@ -32,7 +33,8 @@ func Again(t testing.TB, env string) *Child {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), env+"=1")
+	// os/exec keeps the last of two entries: the test's value, where it set one.
+	cmd.Env = append([]string{env + "=1"}, os.Environ()...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
