@@ -35,7 +35,9 @@ const becomeEnv = "DRAINKIT_KUBELETSIM_PID1"
 
 func init() {
 	if v, ok := syscall.Getenv(becomeEnv); ok {
-		os.Exit(becomeCommand(v))
+		// Not os.Exit: its hooks are the caller's program's, and in a -race
+		// binary its exit 0 waits GORACE's atexit_sleep_ms (1 s unset).
+		syscall.Exit(becomeCommand(v))
 	}
 }
 
@@ -100,16 +102,22 @@ func ignoredSignals() uint64 {
 // own here, nil when it can: this binary started so once, with the /proc
 // of its namespace mounted, and exited 0.
 var pidNamespaceErr = sync.OnceValue(func() error {
-	probe := exec.Command("/proc/self/exe")
-	probe.Args = []string{"kubeletsim-probe"}
-	probe.Env = []string{becomeEnv + "=-1 0 "}
-	probe.SysProcAttr = inNewPIDNamespace(&syscall.SysProcAttr{})
-	if out, err := probe.CombinedOutput(); err != nil {
+	if out, err := probeCommand().CombinedOutput(); err != nil {
 		return fmt.Errorf("kubeletsim: a child cannot be PID 1 of a PID namespace of its own here (root, CAP_SYS_ADMIN, needed): %w: %s",
 			err, strings.TrimSpace(string(out)))
 	}
 	return nil
 })
+
+// probeCommand is PIDNamespace's try: this binary started as PID 1 of a
+// PID namespace of its own, which mounts that namespace's /proc and exits.
+func probeCommand() *exec.Cmd {
+	probe := exec.Command("/proc/self/exe")
+	probe.Args = []string{"kubeletsim-probe"}
+	probe.Env = []string{becomeEnv + "=-1 0 "}
+	probe.SysProcAttr = inNewPIDNamespace(&syscall.SysProcAttr{})
+	return probe
+}
 
 // PIDNamespace returns why Start cannot run a child as PID 1 of a PID
 // namespace of its own, as a pod's container runs, on this machine; nil

@@ -1,0 +1,5 @@
+//go:build race
+
+package kubeletsim
+
+const raceEnabled = true
