@@ -20,7 +20,8 @@
 //
 // As PID 1 of its PID namespace, Init does not return: it runs the same binary again
 // (/proc/self/exe, the same arguments, environment, stdio and inherited descriptors, each
-// at its number, as tini passes them on; the child takes argv[0]'s
+// at its number, as tini passes them on, the init's own copies of those above stdio then
+// closed, so the program's close of one is the last; the child takes argv[0]'s
 // base name as its command name, not "exe") as its only child, forwards every signal it
 // can catch to it, reaps every process that exits (the child and every orphan re-parented
 // to it), and exits with the child's status once the child has exited. The child is the

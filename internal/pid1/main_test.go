@@ -68,6 +68,8 @@ var forwarded = []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT
 //   - orphan: reads its stdin until its parent's end closes, then exits;
 //   - fd3: writes a line to its fd 3, which its starter gave it (ExtraFiles), once
 //     Ready, says how that went and exits 0;
+//   - unlisten3: closes its fd 3, the listening socket its starter gave it, once Ready,
+//     as a draining server stops listening, says how that went and waits to be killed;
 //   - default: prints "ready" and waits for a signal, with Go's default handling of
 //     SIGTERM: it dies by it.
 func program(prog string) int {
@@ -128,6 +130,11 @@ func program(prog string) int {
 		Ready()
 		_, err := os.NewFile(3, "given").WriteString("fd 3 reached the program\n")
 		fmt.Println("wrote fd 3:", err)
+		return 0
+	case "unlisten3":
+		Ready()
+		fmt.Println("closed fd 3:", syscall.Close(3))
+		time.Sleep(time.Hour) // until the test's cleanup kills it: not a timing assertion
 		return 0
 	case "default":
 		Ready() // Go's default handling is the program's

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -177,7 +178,8 @@ func startChild(argv, env []string) (pid int, ready <-chan struct{}, err error) 
 		pid int
 		err error
 	}
-	files := append(inherited(), w.Fd()) // the ready pipe above what the program is given
+	given := inherited()
+	files := append(slices.Clip(given), w.Fd()) // the ready pipe above what the program is given
 	readyFD := strconv.Itoa(len(files) - 1)
 	done := make(chan started, 1)
 	go func() {
@@ -200,6 +202,7 @@ func startChild(argv, env []string) (pid int, ready <-chan struct{}, err error) 
 		_ = r.Close()
 		return 0, nil, s.err
 	}
+	closeGiven(given)
 	closed := make(chan struct{})
 	go func() {
 		var b [1]byte
@@ -237,6 +240,18 @@ func inherited() []uintptr {
 		files[fd] = uintptr(fd)
 	}
 	return files
+}
+
+// closeGiven closes this process's copies of the descriptors above stdio that it passed
+// on (inherited), which are the program's alone now: one the init kept open outlived the
+// program's close of it, a listening socket went on taking connections nobody accepted
+// after the server had stopped listening to drain, and a pipe's reader saw no EOF.
+func closeGiven(given []uintptr) {
+	for fd := 3; fd < len(given); fd++ {
+		if given[fd] != ^uintptr(0) {
+			_ = unix.Close(fd)
+		}
+	}
 }
 
 // reap collects every process that has exited, without blocking, and reports the
