@@ -142,3 +142,25 @@ func TestPID1ChildsProcMountStaysInItsOwnMountNamespace(t *testing.T) {
 		}
 	}
 }
+
+// The command's environment is the command's: the dynamic loader of the binary that
+// execs it (this test binary re-executed, dynamically linked when built with -race)
+// must not take its LD_PRELOAD, LD_LIBRARY_PATH or GLIBC_TUNABLES too, where a shim
+// meant for the program was loaded twice, and a library path meant for an image's
+// binary could keep the re-executed binary from starting at all.
+func TestPID1ChildsLoaderVariablesAreTheCommandsAlone(t *testing.T) {
+	needsPIDNamespace(t)
+	preloadOnce := func(start func(*exec.Cmd) (string, error)) string {
+		cmd := exec.Command("/bin/echo", "served")
+		cmd.Env = []string{"LD_PRELOAD=/nonexistent/shim.so"}
+		out, err := start(cmd)
+		require.NoError(t, err, out)
+		return out
+	}
+	byOSExec := preloadOnce(func(cmd *exec.Cmd) (string, error) {
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	})
+	require.Contains(t, byOSExec, "shim.so", "the loader's word on the missing shim, os/exec's start")
+	assert.Equal(t, byOSExec, preloadOnce(func(cmd *exec.Cmd) (string, error) { return runToEnd(t, cmd) }))
+}

@@ -25,7 +25,7 @@ import (
 // "FD IGNORED PATH": the descriptor to report a failure on, the signals
 // the command starts ignoring (a bit each, as Start's own child inherits
 // them), the program's path. The command's argv is this process's, its
-// environment this process's but the variable.
+// environment this process's variables under commandEnvPrefix.
 //
 // This binary is the one that called Start, so it has this package and its
 // init. A shell did this before: it exported PWD (bash adds SHLVL and _),
@@ -82,8 +82,35 @@ func becomeCommand(v string) int {
 			signal.Ignore(syscall.Signal(n + 1))
 		}
 	}
-	env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, becomeEnv+"=") })
-	return report("exec", syscall.Exec(f[2], os.Args, env))
+	return report("exec", syscall.Exec(f[2], os.Args, commandEnv(os.Environ())))
+}
+
+// commandEnvPrefix starts each variable of the command's environment in
+// that of the binary that execs it, so that nothing before the exec takes
+// one for its own: its dynamic loader (a -race binary is linked so) took
+// the command's LD_PRELOAD, LD_LIBRARY_PATH, GLIBC_TUNABLES too.
+const commandEnvPrefix = becomeEnv + "_ENV_"
+
+// becomeEnviron is the environment of the binary that execs the command
+// whose environment is env: env's variables under commandEnvPrefix, in
+// their order, and becomeEnv=v.
+func becomeEnviron(env []string, v string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, e := range env {
+		out = append(out, commandEnvPrefix+e)
+	}
+	return append(out, becomeEnv+"="+v)
+}
+
+// commandEnv is the command's environment in env, becomeEnviron's.
+func commandEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, e := range env {
+		if c, ok := strings.CutPrefix(e, commandEnvPrefix); ok {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // ignoredSignals returns the signals this process ignores, a bit each
@@ -159,7 +186,7 @@ func asPID1(cmd *exec.Cmd) (started func(startErr error) error, err error) {
 	}
 	cmd.Path = "/proc/self/exe"
 	cmd.ExtraFiles = append(slices.Clip(files), w)
-	cmd.Env = append(cmd.Environ(), fmt.Sprintf("%s=%d %x %s", becomeEnv, 3+len(files), ignoredSignals(), path))
+	cmd.Env = becomeEnviron(cmd.Environ(), fmt.Sprintf("%d %x %s", 3+len(files), ignoredSignals(), path))
 	inNewPIDNamespace(cmd.SysProcAttr)
 	return func(startErr error) error {
 		_ = w.Close()
