@@ -55,6 +55,7 @@ func (t *exampleT) Helper()                           {}
 func (t *exampleT) Cleanup(f func())                  { t.cleanups = append(t.cleanups, f) }
 func (t *exampleT) Errorf(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 func (t *exampleT) FailNow()                          { panic("the test failed") }
+func (t *exampleT) Fatal(args ...any)                 { fmt.Println(args...); t.FailNow() }
 
 // Skip, Start's word that the machine gives no PID namespace (not root), does
 // not stop an Example, which cannot be skipped: Start goes on and runs the
