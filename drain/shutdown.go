@@ -312,7 +312,8 @@ func (d *Drainer) logPlan(ctx context.Context) (warned bool) {
 // (docs/faults.md rows 2860, 3241). A wait that hangs past its count (a
 // log handler that blocks) still holds Shutdown no longer than 2
 // returnSlack while the process runs, and than the slack's wall bound
-// (2 s) and a stretch however held.
+// and its last stretch (1.8 s and the rest of the 200 ms: 2 s) however
+// held.
 func (d *Drainer) awaitPreStopWait(run *preStopRun) {
 	bounded.Within(run.done, 2*returnSlack)
 }

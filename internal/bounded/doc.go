@@ -31,24 +31,29 @@
 //     unknown part of it, and what the waiter waits for with it; the next
 //     stretch starts when the waiter has seen that;
 //   - the waiter gives up once the stretches it counted make the whole
-//     slack, or at the end of its last stretch: the one it starts at the
-//     first wake past the slack's wall bound (a second and five times
-//     the slack: 1.5 s for drain's 100 ms), counted or not; a value that
-//     is ready then still wins.
+//     slack, or at the end of its last stretch: the rest of the slack in
+//     one, which it starts at the first wake past the slack's wall bound
+//     (a second and four times the slack: 1.4 s for drain's 100 ms, so
+//     at most 1.5 s in all), counted or not; a value that is ready then
+//     still wins. The rest, so that a wait inside another, with a shorter
+//     slack, woken with it by one stop, gives up first (row 3320).
 //
 // So a stop of the process costs the waited-for call at most one stretch
 // of its slack (5 ms, and the 1 ms), and nothing when it lasts 11 ms or
 // more, however many stops there are, as long as the slack is counted
 // within its wall bound; a stop that outlasts the bound still leaves the
-// call the last stretch once the process runs again. With the process
+// call the rest of its slack once the process runs again. With the process
 // running, a call that hangs is abandoned the slack after the waiter saw
 // its context end, and the latency of the waiter's wakes (in virtual
 // time, exactly the slack); each stop adds itself and at most a stretch.
 // A process held at every stretch (a container whose CPU quota its
 // threads use up, each stretch seen a CFS period late; a node where every
 // wake is 6 ms late or more) counts nothing, and gives up at its wall
-// bound and one stretch, each seen as late as the process runs: a call
+// bound and the slack, each seen as late as the process runs: a call
 // that hangs there is abandoned, and the drain's later steps run. A
-// frozen process gives up on nothing until it runs again. (docs/faults.md
-// rows 2861, 2941, 2940, 3020, 3240.)
+// frozen process gives up on nothing until it runs again. A second stop
+// that holds both a wait and one inside it through their last stretches
+// ends them at one wake, and the outer one may then miss the inner one's
+// result: no slack orders two waits a stop ends together. (docs/faults.md
+// rows 2861, 2941, 2940, 3020, 3240, 3320.)
 package bounded

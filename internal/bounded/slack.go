@@ -25,23 +25,25 @@ const (
 // its CPU quota runs.
 const stopsAllowed = time.Second
 
-// wallBound is how long a slack of d lasts at most in wall time, before
-// its last stretch: stopsAllowed and five times d. A process held so much
-// that its waiter did not see d of stretches end on time within it (a
-// container at a CPU quota its other threads use up, every stretch seen
-// a period late; a node loaded enough that every wake is 6 ms late)
-// never gave up on a call that hangs, and the drain's later steps (the
-// ublk teardown, which must run before SIGKILL) never began (row 3240).
-// The second lets a process be stopped three times for 100 to 150 ms,
-// and a loaded machine delay its thaws, inside a slack (rows 2940, 3020,
-// 3021). The bound grows with d, so that a wait inside another with a
-// longer slack gives up first and the outer one gets its result:
-// pause's 20 ms (1.1 s) inside drain's 100 ms (1.5 s); draingrpc's 50 ms
-// (1.25 s) and ublk's reads, 20 ms, inside a step's 100 ms. Drain's ends
-// within the budget's smallest margin before SIGKILL (1.5 s) of the
-// deadline it follows, and a stretch, each seen as late as the process
-// runs.
-func wallBound(d time.Duration) time.Duration { return stopsAllowed + 5*d }
+// wallBound is how long a slack of d lasts at most in wall time before
+// its last stretch, the rest of d: stopsAllowed and four times d, so
+// that the whole wait is at most a second and five times d. A process
+// held so much that its waiter did not see d of stretches end on time
+// within it (a container at a CPU quota its other threads use up, every
+// stretch seen a period late; a node loaded enough that every wake is
+// 6 ms late) never gave up on a call that hangs, and the drain's later
+// steps (the ublk teardown, which must run before SIGKILL) never began
+// (row 3240). The second lets a process be stopped three times for 100
+// to 150 ms, and a loaded machine delay its thaws, inside a slack (rows
+// 2940, 3020, 3021). The bound and the last stretch grow with d, so that
+// a wait inside another with a longer slack gives up first and the outer
+// one gets its result (row 3320): pause's 20 ms (1.08 s and at most
+// 20 ms) inside drain's 100 ms (1.4 s and at most 100 ms); draingrpc's
+// 50 ms (1.2 s and 50 ms) and ublk's reads, 20 ms, inside a step's
+// 100 ms. Drain's ends within the budget's smallest margin before
+// SIGKILL (1.5 s) of the deadline it follows, each wake seen as late as
+// the process runs.
+func wallBound(d time.Duration) time.Duration { return stopsAllowed + 4*d }
 
 // A Slack is a wait of a given length counted in the time its waiter saw
 // pass on time, not in wall time: a process frozen inside it does not
@@ -74,8 +76,8 @@ func (s *Slack) C() <-chan time.Time { return s.timer.C }
 // Spent, called once C fired and was read, counts the stretch that ended
 // (its length, less how late past jitter this goroutine saw it end) and
 // reports whether the whole slack has been counted, or the last stretch
-// ended; if not, it starts the next stretch, from now, the last one if
-// the slack has lasted its wall bound. A stretch seen late counts less,
+// ended; if not, it starts the next stretch, from now: the last one, the
+// rest of the slack in one, if the slack has lasted its wall bound. A stretch seen late counts less,
 // or nothing: its process, or this goroutine, did not run for part of it
 // (how much is unknown), and what the slack waits for may have been
 // stopped with it.
@@ -87,9 +89,17 @@ func (s *Slack) Spent() bool {
 		return true
 	}
 	// Not given up at once: this wake may be the first after a stop that
-	// outlasted the bound, and the call, stopped with it, gets a stretch.
+	// outlasted the bound, and the call, stopped with it, gets the rest
+	// of its slack, counted or not. The rest, not a stretch: a wait
+	// inside this one, with a shorter slack, woken by the same stop,
+	// has less of its own left and gives up first, where a stretch each
+	// ended both at once and this one could abandon the result the
+	// inner one had just settled (row 3320).
 	s.last = !now.Before(s.bound)
 	s.cur = min(s.left, stretch)
+	if s.last {
+		s.cur = s.left
+	}
 	s.due = now.Add(s.cur)
 	s.timer.Reset(s.cur) // fired, and read: no stale tick
 	return false
