@@ -227,6 +227,12 @@ type memControl struct {
 	// (the driver's ublk_remove), then waits for its last reference,
 	// which never goes, as the driver's DEL_DEV does.
 	lastRefHeld map[int]bool
+	// delDevLocked is a driver of 5.19 to 6.2 (before 0abe39dec065, 6.3):
+	// its DEL_DEV of a lastRefHeld device waits for the last reference
+	// with wait_event under the global ublk_ctl_mutex, which no signal or
+	// cancel interrupts, until lastRefGone is closed.
+	delDevLocked bool
+	lastRefGone  chan struct{}
 }
 
 // DevInfo answers a device that does not exist as ublkctl.Control does:
@@ -273,6 +279,10 @@ func (c *memControl) StopDev(ctx context.Context, id int) error {
 func (c *memControl) DelDev(ctx context.Context, id int) error {
 	c.d.event("DEL_DEV %d", id)
 	err := c.tree.DeleteDevice(id)
+	if c.lastRefHeld[id] && c.delDevLocked {
+		<-c.lastRefGone
+		return err
+	}
 	if c.lastRefHeld[id] {
 		<-ctx.Done()
 		return ctx.Err()

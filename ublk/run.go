@@ -18,6 +18,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/blockdev"
+	"github.com/drainkit/drainkit/internal/kernelrel"
 	"github.com/drainkit/drainkit/internal/ublkctl"
 )
 
@@ -145,6 +146,10 @@ type devState struct {
 	// No fallback looks at it, so stopSeen asks the driver each poll.
 	draining bool
 	deleted  bool // DEL_DEV completed through the control device
+	// delDevWithheld is true when the control sent no DEL_DEV because the
+	// kernel's waits under its global lock (delDevWaitsLocked): a device
+	// stopped so is done, though its char device and ID stay.
+	delDevWithheld bool
 	// pending are the control commands sent for the device whose
 	// completion was not seen before their window ended: the driver runs
 	// them on (see pendingNow).
@@ -1841,6 +1846,11 @@ func (r *run) controlDevs(devs []*devState, gone bool) {
 				r.notSent(d, "DEL_DEV", why)
 				continue
 			}
+			if kernelrel.DelDevWaitsLocked(r.t.release) {
+				r.notSent(d, "DEL_DEV", delDevWaitsLocked)
+				d.delDevWithheld = true
+				continue
+			}
 			d.deleted = r.delDev(d)
 		}
 	}
@@ -1875,6 +1885,15 @@ func (r *run) goneFromDriver(d *devState, start time.Time, err error) {
 		d.cur, d.gone = Device{ID: d.cur.ID}, true
 	}
 }
+
+// delDevWaitsLocked is why the control sends no DEL_DEV on a kernel of
+// 5.19 to 6.2 (kernelrel.DelDevWaitsLocked). Before, it sent one, and with
+// the device's disk still open (a VMM's fd) the step stayed in it past its
+// deadline until the opener closed, in D state (docs/faults.md row 3340).
+const delDevWaitsLocked = "this kernel's DEL_DEV (5.19 to 6.2) waits for the device's last reference " +
+	"uninterruptibly while it holds the driver's global lock (ublk_ctl_mutex): an opener of the disk would leave " +
+	"the step's thread in D state, every control command on the node behind it, and the process unable to exit; " +
+	"the device is left stopped (DEAD, harmless) with its ID, which a DEL_DEV frees once nothing holds its disk"
 
 // errRemoved ends a DEL_DEV's wait once the device's char device has left
 // sysfs (see delDev).
@@ -2280,6 +2299,8 @@ func (r *run) verdict(d *devState, exited bool) Verdict {
 			return VerdictStoppedByControl // by the last resort, the daemon left serving the held ones
 		}
 		return VerdictNotStopped
+	case d.delDevWithheld && d.drained():
+		return VerdictStoppedByControl // all this kernel lets the step do safely
 	case d.live() && r.cfg.daemon != nil && !exited && !r.t.class.MayKillWithLiveDevices():
 		return VerdictLeftLive
 	case r.killed && r.rep.Daemon.Killed:

@@ -198,3 +198,19 @@ func ClassifyVersion(v Version) (class, rule string) {
 	}
 	return Fixed, RuleFixed
 }
+
+// DelDevWaitsLocked reports whether release may be a ublk driver whose
+// DEL_DEV waits for the device's last reference with wait_event while it
+// holds the driver's global ublk_ctl_mutex: 5.19 (the driver's first) to
+// 6.2. 0abe39dec065 ("block: ublk: improve handling device deletion",
+// 6.3-rc1) releases the lock before the wait and makes it interruptible.
+// There a DEL_DEV of a device whose disk is still open (a VMM's fd) puts
+// the sender's thread in D state until the opener closes: no cancel or
+// signal ends it, every control command on the node queues behind the
+// lock, and the process cannot finish exiting. A vendor build is judged
+// by its base version (vendors backport the driver forward, never back
+// out its fixes); an unparseable release waits locked, to be safe.
+func DelDevWaitsLocked(release string) bool {
+	v, err := Parse(release)
+	return err != nil || v.less(6, 3, 0)
+}

@@ -83,3 +83,17 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// DEL_DEV waits under ublk_ctl_mutex from the driver's first release to
+// 6.2; 0abe39dec065 (6.3-rc1) waits after the unlock, interruptibly.
+func TestDelDevWaitsLockedBefore63(t *testing.T) {
+	for release, want := range map[string]bool{
+		"5.19": true, "6.0.9": true, "6.1.10": true, "6.1.0-27-amd64": true, "6.2.16": true,
+		"5.14.0-427.13.1.el9_4.x86_64": true, "not a release": true,
+		"6.3-rc1": false, "6.3.0": false, "6.8.0-45-generic": false, "6.12.118+deb12-cloud-amd64": false, "6.18.44-fc-v1300": false,
+	} {
+		if got := kernelrel.DelDevWaitsLocked(release); got != want {
+			t.Errorf("DelDevWaitsLocked(%q) = %v, want %v", release, got, want)
+		}
+	}
+}
