@@ -1,8 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,8 +43,9 @@ func TestWorkerHeldByACheckpointThatNeverEndsEndsBeforeSIGKILLNamingIt(t *testin
 	awaitReport(t, w)
 	kill := w.drainer.Budget().Kill()
 
+	var report *drain.Report
 	select {
-	case <-ended:
+	case report = <-ended:
 	case <-time.After(time.Until(kill.Add(10 * time.Second))):
 		t.Fatalf("the worker still holds its state directory 10 s past SIGKILL, for checkpoint %s", id)
 	}
@@ -53,4 +58,21 @@ func TestWorkerHeldByACheckpointThatNeverEndsEndsBeforeSIGKILLNamingIt(t *testin
 	t.Logf("termination message:\n%s", msg)
 	assert.Contains(t, string(msg), "checkpoints the drain abandoned still running", "the termination message does not say the worker left a checkpoint running")
 	assert.Contains(t, string(msg), id, "the termination message does not name the checkpoint")
+	assertFirstLineSaysTheWorkerExitsAfterTheDrain(t, string(msg), report)
+}
+
+// assertFirstLineSaysTheWorkerExitsAfterTheDrain checks the verdict of a worker that
+// waited past its drain's end (docs/faults.md row 3360): it says when the drain ended,
+// as the Report has it, and that the worker exits within abandonedExitLead of SIGKILL,
+// where it said "exited" at the drain's end, more than a second before the real exit.
+func assertFirstLineSaysTheWorkerExitsAfterTheDrain(t *testing.T, msg string, rep *drain.Report) {
+	t.Helper()
+	first, _, _ := strings.Cut(msg, "\n")
+	drained := fmt.Sprintf("drain ended %.3fs before SIGKILL", rep.Headroom.Seconds())
+	assert.Contains(t, first, drained, "the first line does not say when the drain ended")
+	m := regexp.MustCompile(`worker exiting (\d+\.\d{3})s before SIGKILL`).FindStringSubmatch(first)
+	require.NotNil(t, m, "the first line does not say when the worker exits: %q", first)
+	exiting, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, exiting, abandonedExitLead.Seconds(), "the worker exits %.3fs before SIGKILL: it waited for the checkpoints to %v before it", exiting, abandonedExitLead)
 }

@@ -324,12 +324,39 @@ func verdict(rep *drain.Report) string {
 	if rep.PodMismatch != "" {
 		parts = append(parts, "POD MISNAMED")
 	}
-	if rep.Headroom >= 0 {
-		parts = append(parts, fmt.Sprintf("exited %.3fs before SIGKILL", rep.Headroom.Seconds()))
-	} else {
-		parts = append(parts, fmt.Sprintf("ended %.3fs AFTER the expected SIGKILL", -rep.Headroom.Seconds()))
-	}
+	parts = append(parts, exitedPart(rep.Headroom))
 	return strings.Join(parts, "; ")
+}
+
+// exitedPart is the verdict's last part: when the drain ended, which it takes for the
+// process's exit, headroom before SIGKILL.
+func exitedPart(headroom time.Duration) string {
+	if headroom >= 0 {
+		return "exited " + sigkillRelative(headroom)
+	}
+	return "ended " + sigkillRelative(headroom)
+}
+
+// sigkillRelative says a time headroom before the expected SIGKILL.
+func sigkillRelative(headroom time.Duration) string {
+	if headroom >= 0 {
+		return fmt.Sprintf("%.3fs before SIGKILL", headroom.Seconds())
+	}
+	return fmt.Sprintf("%.3fs AFTER the expected SIGKILL", -headroom.Seconds())
+}
+
+// ExitingLater rewrites the verdict (SummaryWith's first line) of rep for a server that
+// exits well after its drain ended, having waited for what the drain left running (the
+// gVisor worker's abandoned checkpoints): the verdict's "exited 1.496s before SIGKILL" is
+// the drain's end (Report.Headroom), not the exit, so it becomes "drain ended 1.496s
+// before SIGKILL; SERVER exiting 0.249s before SIGKILL", exitIn the time left before
+// SIGKILL as the message is written, just before the exit.
+func ExitingLater(first, server string, rep *drain.Report, exitIn time.Duration) string {
+	if rep == nil {
+		return first + "; " + server + " exiting " + sigkillRelative(exitIn)
+	}
+	return strings.Replace(first, exitedPart(rep.Headroom),
+		"drain ended "+sigkillRelative(rep.Headroom)+"; "+server+" exiting "+sigkillRelative(exitIn), 1)
 }
 
 // failedSteps returns the steps that count against Report.Err: failed,
