@@ -334,8 +334,10 @@ func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T)
 func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
 	cfg := runscConfig(t)
 	// Not earlyGrace: the hook call moves SIGKILL later by the time since SIGTERM, so the
-	// wait before the deadline is what the second Run gets for the three checkpoints.
-	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, hard +10.5 s
+	// wait before the deadline is what the second Run gets for the three checkpoints, one
+	// at a time: some 3.3 s each at load 20 under -race (runsc's start, its save, the
+	// worker's reads, fsyncs and record), where a grace of 12 s gave them 6 s.
+	cfg.Grace = 20 * time.Second // preserve deadline at +16 s
 	cfg.Concurrency = 1
 	w, _, stop, d, ids := slowWorker(t, cfg, 3)
 	for _, id := range ids {
@@ -344,14 +346,18 @@ func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
 
 	ended := make(chan *drain.Report, 1)
 	go func() { ended <- stop() }() // as SIGTERM would
+	var held string
 	require.Eventually(t, func() bool {
 		w.stops.mu.Lock()
 		defer w.stops.mu.Unlock()
-		return len(w.stops.checkpointing) > 0
+		for id := range w.stops.checkpointing {
+			held = id
+		}
+		return held != ""
 	}, 10*time.Second, 10*time.Millisecond, "no checkpoint began")
 	first := w.drainer.Plan().Deadline(drain.PhasePreserve)
 	// The restarted kubelet's hook call, 2 s before the deadline: SIGKILL moves about
-	// 6.5 s later. Then the held checkpoint ends just past the old deadline, well before
+	// 14 s later. Then the held checkpoint ends just past the old deadline, well before
 	// the hard deadline, and the others are free to run.
 	time.Sleep(time.Until(first.Add(-2 * time.Second)))
 	require.True(t, w.drainer.Budget().OnRestart(time.Now(), cfg.Grace), "SIGKILL did not move")
@@ -371,11 +377,23 @@ func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
 	outcomes := map[string]pause.Outcome{}
 	for _, e := range rep.Preserve.Entries {
 		outcomes[e.ID] = e.Outcome
+		if e.ID == held && e.Outcome == pause.Vanished {
+			// The held checkpoint, released 0.3 s past the old deadline, may run past the
+			// first Run's hard deadline on a loaded node (2.7 s after its release at load
+			// 20, 1.7 s before that deadline): that Run gave it up, running on, and the
+			// second found the sandbox pausing, then paused by it: "already preserved",
+			// the rule for a pause not the Run's own; the node lists it paused.
+			assert.Contains(t, e.Error, held+" is pausing", "the held sandbox vanished, not paused by its own checkpoint")
+			continue
+		}
 		assert.Equal(t, pause.Preserved, e.Outcome, "%s: %s", e.ID, e.Error)
 	}
 	for _, id := range ids {
 		assert.Contains(t, lines, "checkpointed "+id)
-		assert.Equal(t, pause.Preserved, outcomes[id], id)
+		assert.Contains(t, []pause.Outcome{pause.Preserved, pause.Vanished}, outcomes[id], id)
+	}
+	for _, info := range w.node.List() {
+		assert.Equal(t, sandbox.Paused, info.State, "%s is not paused and recorded", info.ID)
 	}
 	assert.Equal(t, drain.OK, pre.Result, pre.Error)
 }
