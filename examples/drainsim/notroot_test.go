@@ -5,8 +5,6 @@ package main
 import (
 	"bufio"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/proc/proctest"
 	"github.com/drainkit/drainkit/internal/realpart"
 )
 
@@ -31,11 +30,7 @@ func TestARunNotAsRootSaysItsServersAreNotContainedAsInAPod(t *testing.T) {
 	if os.Geteuid() != 0 {
 		realpart.Missing(t, "root, to run drainsim as nobody")
 	}
-	cmd := exec.Command(copyForNobody(t), "-test.run=^$", "-n", "1", "-grace", "3s")
-	cmd.Env = append(os.Environ(), roleEnv+"="+roleMain, "GORACE=atexit_sleep_ms=0")
-	cmd.Dir = "/"
-	const nobody = 65534
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	cmd := proctest.AsNobody(t, []string{"-test.run=^$", "-n", "1", "-grace", "3s"}, roleEnv+"="+roleMain, "GORACE=atexit_sleep_ms=0")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	var stderr strings.Builder
@@ -61,18 +56,4 @@ func TestARunNotAsRootSaysItsServersAreNotContainedAsInAPod(t *testing.T) {
 	} {
 		assert.Contains(t, intro.String(), said)
 	}
-}
-
-// copyForNobody copies this test binary where any user may run it.
-func copyForNobody(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "drainsim-test-bin-")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755))
-	b, err := os.ReadFile(os.Args[0])
-	require.NoError(t, err)
-	bin := filepath.Join(dir, "drainsim.test")
-	require.NoError(t, os.WriteFile(bin, b, 0o755))
-	return bin
 }
