@@ -62,31 +62,10 @@ func TestPreStopWaitOfAProcessFrozenAsShutdownStopsItIsStopped(t *testing.T) {
 // after its context ends; it writes "shutdown" once that listing runs,
 // calls Shutdown, and writes the drain phase's report.
 func runFrozenStopChild(t *testing.T) {
-	node := fakesandbox.NewNode()
-	node.AddN("sb", 1, 10*time.Millisecond)
-	var lists atomic.Int32
-	listing := make(chan struct{})
-	list := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
-		if lists.Add(1) != 2 {
-			return node.List(ctx)
-		}
-		close(listing)
-		<-ctx.Done()
+	runStoppedPreStopChild(t, func() error {
 		time.Sleep(150 * time.Millisecond) // past drain's slack: given up on
-		return nil, ctx.Err()
+		return nil
 	})
-	b, err := deadline.New(30*time.Second, deadline.Config{Margin: time.Second})
-	require.NoError(t, err)
-	d, err := New(Config{Budget: b, Sandboxes: list, PollInterval: 10 * time.Millisecond,
-		Pause: pause.Config{Estimator: deadline.NewEstimator(10 * time.Millisecond)}})
-	require.NoError(t, err)
-	go d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/drain", nil))
-	<-listing
-	fmt.Println("shutdown")
-	rep := d.Shutdown(t.Context())
-	j, err := json.Marshal(rep.Phase(PhaseDrain))
-	require.NoError(t, err)
-	fmt.Printf("phase %s\n", j)
 }
 
 // frozenStopAgainChild names, in the environment of this test binary run
@@ -145,6 +124,24 @@ func TestPreStopWaitOfAProcessFrozenAgainAndAgainAsShutdownStopsItIsStopped(t *t
 // past drain's slack; Shutdown once that listing runs; then the drain
 // phase's report.
 func runFrozenStopAgainChild(t *testing.T) {
+	runStoppedPreStopChild(t, func() error {
+		for range stopFreezes {
+			time.Sleep(stopRun)
+			if err := proctest.FreezeSelf(); err != nil {
+				return err
+			}
+		}
+		time.Sleep(2 * returnSlack) // past drain's slack: given up on
+		return nil
+	})
+}
+
+// runStoppedPreStopChild is a frozen child's drain: a preStop wait whose
+// first count finds one sandbox running and whose next listing, once its
+// context ends, runs stopped and returns its error, or the context's; it
+// writes "shutdown" once that listing runs, calls Shutdown, and writes the
+// drain phase's report.
+func runStoppedPreStopChild(t *testing.T, stopped func() error) {
 	node := fakesandbox.NewNode()
 	node.AddN("sb", 1, 10*time.Millisecond)
 	var lists atomic.Int32
@@ -155,13 +152,9 @@ func runFrozenStopAgainChild(t *testing.T) {
 		}
 		close(listing)
 		<-ctx.Done()
-		for range stopFreezes {
-			time.Sleep(stopRun)
-			if err := proctest.FreezeSelf(); err != nil {
-				return nil, err
-			}
+		if err := stopped(); err != nil {
+			return nil, err
 		}
-		time.Sleep(2 * returnSlack) // past drain's slack: given up on
 		return nil, ctx.Err()
 	})
 	b, err := deadline.New(30*time.Second, deadline.Config{Margin: time.Second})
@@ -171,6 +164,7 @@ func runFrozenStopAgainChild(t *testing.T) {
 	require.NoError(t, err)
 	go d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/drain", nil))
 	<-listing
+	fmt.Println("shutdown")
 	rep := d.Shutdown(t.Context())
 	j, err := json.Marshal(rep.Phase(PhaseDrain))
 	require.NoError(t, err)
