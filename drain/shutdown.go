@@ -299,7 +299,6 @@ func (d *Drainer) logPlan(ctx context.Context) (warned bool) {
 	return false
 }
 
-// drainResult is the Result of the preStop wait that ended for reason.
 // awaitPreStopWait waits for the preStop wait that Shutdown just stopped
 // (termStop) to end: at once, or once its count, given up on returnSlack
 // after it saw the stop, is over. It waits twice returnSlack, the count's
@@ -318,6 +317,7 @@ func (d *Drainer) awaitPreStopWait(run *preStopRun) {
 	bounded.Within(run.done, 2*returnSlack)
 }
 
+// drainResult is the Result of the preStop wait that ended for reason.
 func drainResult(reason string) Result {
 	switch reason {
 	case reasonDrained:
