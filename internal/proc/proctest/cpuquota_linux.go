@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,7 +58,7 @@ func cpuCgroup(test string) (dir string, limit func(quota, period int64) [][2]st
 	name := fmt.Sprintf("drainkit-proctest-%d-%s", os.Getpid(), strings.NewReplacer("/", "-", " ", "-").Replace(test))
 	const v2, v1 = "/sys/fs/cgroup", "/sys/fs/cgroup/cpu"
 	for _, root := range []string{v2, "/sys/fs/cgroup/unified"} {
-		if ctrls, err := os.ReadFile(filepath.Join(root, "cgroup.subtree_control")); err == nil && hasWord(string(ctrls), "cpu") {
+		if ctrls, err := os.ReadFile(filepath.Join(root, "cgroup.subtree_control")); err == nil && slices.Contains(strings.Fields(string(ctrls)), "cpu") {
 			return filepath.Join(root, name), func(quota, period int64) [][2]string {
 				return [][2]string{{"cpu.max", fmt.Sprintf("%d %d", quota, period)}}
 			}, nil
@@ -69,15 +70,6 @@ func cpuCgroup(test string) (dir string, limit func(quota, period int64) [][2]st
 	return filepath.Join(v1, name), func(quota, period int64) [][2]string {
 		return [][2]string{{"cpu.cfs_period_us", strconv.FormatInt(period, 10)}, {"cpu.cfs_quota_us", strconv.FormatInt(quota, 10)}}
 	}, nil
-}
-
-func hasWord(s, w string) bool {
-	for _, f := range strings.Fields(s) {
-		if f == w {
-			return true
-		}
-	}
-	return false
 }
 
 // removeCgroup removes dir once the processes in it have gone (a child
