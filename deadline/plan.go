@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/internal/planat"
+	"github.com/drainkit/drainkit/internal/satdur"
 )
 
 // A Reserve is the time a phase needs. It is evaluated live, every time a
@@ -297,7 +298,7 @@ func (p *Plan) preStopRun(start time.Time, raw State) (end, after time.Time, lat
 	}
 	after = raw.ifSIGTERM(end).Deadline
 	own := overrunBy([]time.Duration{reserveOf(p.phases[0])}, start, end)
-	return end, after, later, satAdd(own, overrunBy(reserves, end, after)), true
+	return end, after, later, satdur.Add(own, overrunBy(reserves, end, after)), true
 }
 
 // reserveOf is ph's reserve as evaluated now, a nil or negative one zero.
@@ -465,9 +466,9 @@ func share(phases []Phase, reserves []time.Duration, left time.Duration) []time.
 	var critical, other time.Duration
 	for i, ph := range phases {
 		if ph.Critical {
-			critical = satAdd(critical, reserves[i])
+			critical = satdur.Add(critical, reserves[i])
 		} else {
-			other = satAdd(other, reserves[i])
+			other = satdur.Add(other, reserves[i])
 		}
 	}
 	forCritical := min(critical, left)
@@ -494,13 +495,6 @@ func portion(total, part, whole time.Duration) time.Duration {
 	hi, lo := bits.Mul64(uint64(total), uint64(part))
 	q, _ := bits.Div64(hi, lo, uint64(whole)) // hi < whole since part < whole
 	return time.Duration(q)
-}
-
-func satAdd(a, b time.Duration) time.Duration {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }
 
 // overrun returns by how much the reserves of phases, laid end to end from

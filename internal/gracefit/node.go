@@ -6,6 +6,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/nodeend"
+	"github.com/drainkit/drainkit/internal/satdur"
 )
 
 // NodeBudget is the budget of a drain the kubelet terminates on its own
@@ -39,7 +40,7 @@ func AtSIGTERM(b *deadline.Budget, phases []deadline.Phase) ([]deadline.Window, 
 	windows := deadline.Split(st.SIGTERM, st.Deadline, phases...)
 	var sum time.Duration
 	for _, w := range windows {
-		sum = satAdd(sum, w.Reserve)
+		sum = satdur.Add(sum, w.Reserve)
 	}
 	return windows, max(sum-max(st.Deadline.Sub(st.SIGTERM), 0), 0)
 }
@@ -63,13 +64,4 @@ func NodeShortfall(grace, kubelet time.Duration, c deadline.Config, phasesAt fun
 // none.
 func SmallestNode(grace time.Duration, c deadline.Config, phasesAt func(*deadline.Budget) []deadline.Phase) time.Duration {
 	return SmallestWhere(func(kubelet time.Duration) bool { return NodeShortfall(grace, kubelet, c, phasesAt) == 0 })
-}
-
-// satAdd is a + b for non-negative durations, at most the largest
-// Duration.
-func satAdd(a, b time.Duration) time.Duration {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/drainkit/drainkit/internal/gracefit"
 	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/internal/satdur"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
 )
@@ -809,18 +810,10 @@ func (in *planInput) climbTime() (time.Duration, []int, int) {
 	for k := in.limit; k < in.level && left > 0; k = min(2*k, in.level) {
 		levels = append(levels, k)
 		left -= min(k, left)
-		t = satAdd(t, in.mean)
+		t = satdur.Add(t, in.mean)
 	}
 	rest := roundsAt(left, in.level, in.mean)
-	return satAdd(t, rest), levels, left
-}
-
-// satAdd is a + b for non-negative durations, saturated.
-func satAdd(a, b time.Duration) time.Duration {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
+	return satdur.Add(t, rest), levels, left
 }
 
 // count is n with the noun in its number: "1 slot", "8 slots". The plan
@@ -892,7 +885,7 @@ func (in *planInput) plan() (*planResult, error) {
 		res.predicted = roundsAt(n, in.limit, in.mean)
 	default: // a first round at the start, then the rest at the level
 		rest := roundsAt(n-in.limit, in.level, in.mean)
-		res.predicted = satAdd(in.mean, rest)
+		res.predicted = satdur.Add(in.mean, rest)
 		if in.level > in.limit {
 			res.climb, res.climbFrom, res.climbLeft = in.climbTime()
 		}
