@@ -77,13 +77,20 @@ func runFrozenChild(t *testing.T) {
 		running.Add(1)
 		sbs = append(sbs, runningPrompt{prompt{fmt.Sprint("prompt-", i)}, &running})
 	}
-	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }), pause.Config{Limit: frozenPreserves})
-	require.NoError(t, err)
 	hard := time.Now().Add(time.Second)
 	go func() {
 		running.Wait()
 		fmt.Printf("hard %d\n", hard.UnixNano())
 	}()
+	runAndReport(t, sbs, hard)
+}
+
+// runAndReport is a frozen child's Run of sbs, all at once, to the hard
+// deadline hard, its phase ending 500 ms before it; then its Report, as
+// the line "report JSON".
+func runAndReport(t *testing.T, sbs []pause.Sandbox, hard time.Time) {
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }), pause.Config{Limit: frozenPreserves})
+	require.NoError(t, err)
 	ctx, cancel := context.WithDeadline(t.Context(), hard.Add(-500*time.Millisecond))
 	defer cancel()
 	rep := p.Run(ctx, hard)
@@ -119,8 +126,9 @@ const slackWrapUp = 5 * time.Millisecond
 // returned ran again with the Run's wait due to give up and their returns
 // due too, and the wait could give up first: Preserves that returned in
 // time named "Preserve ignored its context past the deadline; abandoned",
-// a hang (Entry.Abandoned). The slack is now waited in two halves, the
-// second from when the Run, awake past the first, has seen it end. The
+// a hang (Entry.Abandoned). The slack now runs from when the Run, awake
+// past the hard deadline, has seen the contexts end, and counts the time
+// it saw pass on time (internal/bounded's, since row 3021). The
 // child freezes itself (SIGSTOP) as the first Preserve sees its context
 // end, so the freeze falls at the slack's start however loaded the machine.
 //
@@ -159,15 +167,7 @@ func runFrozenSlackChild(t *testing.T) {
 	for i := range frozenPreserves {
 		sbs = append(sbs, wrapsUp{prompt{fmt.Sprint("wraps-up-", i)}, &freeze})
 	}
-	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }), pause.Config{Limit: frozenPreserves})
-	require.NoError(t, err)
-	hard := time.Now().Add(time.Second)
-	ctx, cancel := context.WithDeadline(t.Context(), hard.Add(-500*time.Millisecond))
-	defer cancel()
-	rep := p.Run(ctx, hard)
-	j, err := json.Marshal(rep)
-	require.NoError(t, err)
-	fmt.Printf("report %s\n", j)
+	runAndReport(t, sbs, time.Now().Add(time.Second))
 }
 
 // wrapsUp is a prompt whose Preserve, once its context ends, freezes its
@@ -250,15 +250,7 @@ func runFrozenAgainChild(t *testing.T) {
 	for i := range frozenPreserves {
 		sbs = append(sbs, freezesAgain{prompt{fmt.Sprint("freezes-again-", i)}, freezes})
 	}
-	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }), pause.Config{Limit: frozenPreserves})
-	require.NoError(t, err)
-	hard := time.Now().Add(time.Second)
-	ctx, cancel := context.WithDeadline(t.Context(), hard.Add(-500*time.Millisecond))
-	defer cancel()
-	rep := p.Run(ctx, hard)
-	j, err := json.Marshal(rep)
-	require.NoError(t, err)
-	fmt.Printf("report %s\n", j)
+	runAndReport(t, sbs, time.Now().Add(time.Second))
 }
 
 // freezesAgain is a prompt whose Preserve, once its context ends, runs
