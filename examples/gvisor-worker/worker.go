@@ -243,12 +243,14 @@ type checkpoints struct {
 	preserved bool
 }
 
-// checkpoint marks a checkpoint of sandbox id in flight, unless it is signalled.
-func (s *stops) checkpoint(id string) bool {
+// checkpoint marks a checkpoint of sandbox id in flight, unless it is signalled: began,
+// and joined when another checkpoint of it was in flight already (one the Preserver
+// abandoned).
+func (s *stops) checkpoint(id string) (began, joined bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.signalled[id] {
-		return false
+		return false, false
 	}
 	if s.checkpointing == nil {
 		s.checkpointing = map[string]*checkpoints{}
@@ -259,7 +261,17 @@ func (s *stops) checkpoint(id string) bool {
 		s.checkpointing[id] = c
 	}
 	c.n++
-	return true
+	return true, c.n > 1
+}
+
+// preservedSince reports whether a checkpoint of sandbox id that ended since the first
+// of those in flight began preserved it; a caller's own checkpoint in flight keeps that
+// account.
+func (s *stops) preservedSince(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.checkpointing[id]
+	return c != nil && c.preserved
 }
 
 // checkpointed marks a checkpoint of sandbox id over, failed or not. Once it was the last
@@ -307,6 +319,16 @@ func (s *stops) claim(id string, await func() func(failed bool)) claim {
 	}
 	s.signalled[id] = true
 	return claimed
+}
+
+// inFlightOf returns how many checkpoints of sandbox id are in flight.
+func (s *stops) inFlightOf(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.checkpointing[id]; c != nil {
+		return c.n
+	}
+	return 0
 }
 
 // inFlight returns the sandboxes a checkpoint of the Preserver's holds now.
@@ -419,7 +441,8 @@ func (h held) Size() int64 {
 // checkpoints outlast the phase, every shutdown planned with the estimate the last one
 // had and lost the same sandboxes (row 1072).
 func (h held) Preserve(ctx context.Context) error {
-	if !h.w.stops.checkpoint(h.ID()) {
+	began, joined := h.w.stops.checkpoint(h.ID())
+	if !began {
 		return backoff.Permanent(errSignalled) // the Report names the sandbox
 	}
 	start := time.Now()
@@ -433,7 +456,7 @@ func (h held) Preserve(ctx context.Context) error {
 			h.w.stops.checkpointed(h.ID(), end.err != nil)
 			ended <- end
 		}()
-		end.err = h.Sandbox.Preserve(ctx)
+		end.err = h.preservedLate(joined, h.Sandbox.Preserve(ctx))
 	}()
 	select {
 	case end := <-ended:
@@ -466,6 +489,22 @@ func (h held) Preserve(ctx context.Context) error {
 	}()
 	return fmt.Errorf("%w after %v: its checkpoint still runs (a started checkpoint is never cut), not waited for",
 		context.Cause(ctx), ran.Round(time.Millisecond))
+}
+
+// preservedLate is the Preserve error err of the held sandbox, nil when a checkpoint of
+// it the drain abandoned earlier was still in flight as this one began (joined) and has
+// since saved it: this one then found the sandbox pausing, waited, and found it paused,
+// "already preserved" (pause.ErrGone), which the Report took for vanished, as of a
+// sandbox that had died, when the drain's own checkpoint had preserved it, late. Its
+// entry, the one of a later Run the drain merges over the abandoned one's, says
+// preserved, counted once.
+func (h held) preservedLate(joined bool, err error) error {
+	if !joined || !errors.Is(err, pause.ErrGone) || !h.w.stops.preservedSince(h.ID()) {
+		return err
+	}
+	h.w.logger.Info("sandbox preserved by the checkpoint the drain abandoned earlier, which ended while a later one waited for it",
+		"id", h.ID(), "error", err)
+	return nil
 }
 
 // checkpointEnd is how the checkpoint of a held sandbox ended: err, and the value and
