@@ -34,7 +34,8 @@ import (
 // a container with a file dir/aftersignal-ID, done, only once it has sent a signal to each
 // container the file names (IDs, one a line); it holds a SIGKILL to a
 // container while a file dir/holdkill-ID exists (a kill slow on a loaded node), its PID in
-// dir/killing-ID; and it
+// dir/killing-ID; it holds a delete of a container while a file dir/holddelete-ID exists
+// (a runsc delete that hangs); and it
 // appends to dir/calls a line for every kill it sends and every checkpoint that ended:
 // "kill ID SIGNAL", "checkpointed ID"; and to dir/times each of them with its time, and
 // when each checkpoint's real runsc began ("checkpoint ID begins"), for the test's log.
@@ -61,6 +62,8 @@ case " $* " in
 	exit $rc ;;
 *" state "*)
 	[ -e $d/unseen-$last ] && [ -e $d/staysrunning-$last ] && { printf '{"id":"%s","status":"running","pid":1,"bundle":"/b"}' $last; exit 0; } ;;
+*" delete "*)
+	while [ -e $d/holddelete-$last ]; do sleep 0.05; done ;;
 *" kill "*)
 	echo "kill $prev $last" >> $d/calls; echo "$(date +%s.%N) kill $prev $last" >> $d/times
 	[ -e $d/deaf-$prev ] && exit 0

@@ -867,8 +867,9 @@ func (e usageError) Unwrap() error { return e.error }
 // while it still holds them; serve's error then makes Main exit 1.
 //
 // The Report is written before the sandbox node is closed: Close waits for the timeout
-// deletions in progress (`runsc delete -force`, about 2 s each), and the drain ended only
-// its margin before SIGKILL, which they would have pushed the Report past. Nor does serve
+// deletions in progress (`runsc delete -force`, about 2 s each; until just before SIGKILL
+// at most: closeNode), and the drain ended only its margin before SIGKILL, which they
+// would have pushed the Report past. Nor does serve
 // wait for a Serve that a connection still in its handshake holds (close): the worker's
 // exit ends that connection.
 func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
@@ -970,11 +971,12 @@ func (w *Worker) writeTerminationMessageWith(rep *drain.Report, verdict func(str
 }
 
 // close stops gRPC, waits for the checkpoints the drain abandoned (awaitAbandoned), then
-// stops the sandbox node's timeouts, the learned rates, the state directory's lock and
+// stops the sandbox node's timeouts (closeNode), the learned rates, the state directory's lock and
 // the signals (SIGTERM stays caught after that in Main's worker,
 // until the process exits: config.exits), and reports whether grpc's Stop returned: when it did
 // not (stopWait), Serve has not returned either and is not to be waited for. Its error
-// names the abandoned checkpoints still running when it stopped waiting for them.
+// names the abandoned checkpoints, and the timeouts' deletes, still running when it
+// stopped waiting for them.
 func (w *Worker) close() (grpcStopped bool, left error) {
 	defer w.signals.Stop()  // last: until the process exits, a SIGTERM must not end it half-way
 	defer w.lock.Release()  // it lets a worker waiting for the directory in
@@ -985,10 +987,41 @@ func (w *Worker) close() (grpcStopped bool, left error) {
 	}
 	left = w.awaitAbandoned()
 	if w.node != nil {
-		w.node.Close()
+		left = errors.Join(left, w.closeNode())
 	}
 	return grpcStopped, left
 }
+
+// closeNode closes the sandbox node, whose Close waits for the timeouts in progress,
+// each a delete (`runsc delete -force`, 30 s at most), until abandonedExitLead before the
+// budget's SIGKILL: a delete that hangs held the worker past SIGKILL, exit status 137
+// with nothing saying what it waited for (row 3421). Its error names the sandboxes whose
+// deletes still run then. A worker whose start failed has no budget, and no sandbox
+// running whose timeout could be in progress: its node's Close is not bounded.
+func (w *Worker) closeNode() error {
+	if w.drainer == nil {
+		w.node.Close()
+		return nil
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	go func() {
+		if !w.untilOrKill(ctx.Done()) {
+			cancel(errBeforeKill)
+		}
+	}()
+	start := time.Now()
+	err := w.node.CloseWithin(ctx)
+	if err != nil {
+		err = fmt.Errorf("after %v: %w", time.Since(start).Round(time.Millisecond), err)
+		w.logger.Error("deletes of sandboxes whose timeout passed did not end before SIGKILL: exiting without them", "error", err)
+	}
+	return err
+}
+
+// errBeforeKill ends what the worker waits for at its exit, abandonedExitLead before the
+// budget's SIGKILL.
+var errBeforeKill = fmt.Errorf("%v before SIGKILL", abandonedExitLead)
 
 // awaitAbandoned waits, holding the state directory, for the checkpoints the drain
 // abandoned at the Preserver's hard deadline (they are never cut: held.Preserve) to end,
@@ -1012,7 +1045,7 @@ func (w *Worker) awaitAbandoned() error {
 	start := time.Now()
 	w.logger.Warn("checkpoints the drain abandoned still run: holding the state directory until they end, so that what they save is recorded for the next worker, at most until just before SIGKILL",
 		"ids", inFlight, "sigkill_in", time.Until(w.drainer.Budget().Kill()).Round(time.Millisecond))
-	if !w.untilIdleOrKill() {
+	if !w.untilOrKill(w.stops.whenIdle()) {
 		left := w.stops.inFlight()
 		slices.Sort(left)
 		err := fmt.Errorf("checkpoints the drain abandoned still running %v before SIGKILL, after %v: %v; the worker exits without them, and a sandbox whose checkpoint has not ended is lost",
@@ -1030,16 +1063,15 @@ func (w *Worker) awaitAbandoned() error {
 // with a status of its own, where SIGKILL's 137 said nothing.
 const abandonedExitLead = 250 * time.Millisecond
 
-// untilIdleOrKill waits until no checkpoint is in flight, true, or until
-// abandonedExitLead before the budget's SIGKILL, false, following the budget's moves.
-func (w *Worker) untilIdleOrKill() bool {
+// untilOrKill waits until done is closed, true, or until abandonedExitLead before the
+// budget's SIGKILL, false, following the budget's moves.
+func (w *Worker) untilOrKill(done <-chan struct{}) bool {
 	budget := w.drainer.Budget()
-	idle := w.stops.whenIdle()
 	for {
 		moved := budget.Changed() // before the read: Changed's rule
 		giveUp := time.NewTimer(time.Until(budget.Kill().Add(-abandonedExitLead)))
 		select {
-		case <-idle:
+		case <-done:
 			giveUp.Stop()
 			return true
 		case <-giveUp.C:

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	mrand "math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -93,7 +95,10 @@ type Node struct {
 	// (creating, pausing, resuming, deleting): Preserve waits on it.
 	settled chan struct{}
 	wg      sync.WaitGroup // timeouts in progress
-	ids     *mrand.Rand    // SeedIDs's generator; nil: crypto/rand
+	// timingOut holds the sandboxes whose timeout is in progress (its delete), for
+	// CloseWithin's error.
+	timingOut map[string]bool
+	ids       *mrand.Rand // SeedIDs's generator; nil: crypto/rand
 }
 
 // NewNode returns a Node over rt whose paused sandboxes are the good records in st, and the
@@ -138,7 +143,14 @@ func NewNode(rt Runtime, st *store.Store, logger *slog.Logger) (*Node, []store.P
 
 // Close stops the sandboxes' timeout timers and waits for timeouts in progress. It leaves
 // the sandboxes as they are.
-func (n *Node) Close() {
+func (n *Node) Close() { _ = n.CloseWithin(context.Background()) }
+
+// CloseWithin is Close whose wait for the timeouts in progress ends with ctx: each is a
+// delete (runsc delete -force, 30 s at most), which a sandbox process stuck in the kernel
+// or a hung images volume can hold that long, and a server closed at its exit must exit
+// before the kubelet's SIGKILL. When ctx ends first it returns an error naming the
+// sandboxes whose deletes still run, and leaves them running.
+func (n *Node) CloseWithin(ctx context.Context) error {
 	n.mu.Lock()
 	n.closed = true
 	for _, e := range n.sbs {
@@ -147,7 +159,21 @@ func (n *Node) Close() {
 		}
 	}
 	n.mu.Unlock()
-	n.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.wg.Wait()
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	n.mu.Lock()
+	ids := slices.Sorted(maps.Keys(n.timingOut))
+	n.mu.Unlock()
+	return fmt.Errorf("the deletes of sandboxes whose timeout passed (the runtime's Destroy: runsc delete -force) still ran when the wait for them ended (%w): %v; left running, not waited for",
+		context.Cause(ctx), ids)
 }
 
 // Create starts a new sandbox that the node deletes after timeoutS seconds of running.
@@ -683,8 +709,17 @@ func (n *Node) timeout(id string) {
 		return
 	}
 	n.wg.Add(1)
+	if n.timingOut == nil {
+		n.timingOut = map[string]bool{}
+	}
+	n.timingOut[id] = true
 	n.mu.Unlock()
-	defer n.wg.Done()
+	defer func() {
+		n.mu.Lock()
+		delete(n.timingOut, id)
+		n.mu.Unlock()
+		n.wg.Done()
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := n.Delete(ctx, id); err != nil && !errors.Is(err, ErrConflict) {
