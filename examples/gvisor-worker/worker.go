@@ -632,6 +632,16 @@ func (w *Worker) open() (err error) {
 	if w.node, _, err = sandbox.NewNode(w.rt, st, w.logger); err != nil {
 		return err
 	}
+	// A checkpoint the last worker left running at its exit (its wait for the ones its
+	// drain abandoned gave up) saves a sandbox that has no record yet: waited for and
+	// recorded, not swept mid-save (row 3422). Its own SIGTERM ends the wait, the start
+	// failed and nothing swept.
+	adoptCtx, stopAdopt := w.signals.Context(context.Background())
+	err = w.node.AdoptCheckpoints(adoptCtx, filepath.Join(w.cfg.StateDir, "records"), w.logger)
+	stopAdopt()
+	if err != nil {
+		return err
+	}
 	// What a checkpoint cut by the last worker's SIGKILL half wrote, and the bundles of
 	// the sandboxes it lost running (row 174): under the lock, before any create.
 	w.node.SweepOrphans(filepath.Join(w.cfg.StateDir, "records"), w.logger)

@@ -200,6 +200,12 @@ func (n *Node) Create(ctx context.Context, timeoutS int) (Info, error) {
 		}
 		return Info{}, fmt.Errorf("create: %w", err)
 	}
+	if k, ok := n.rt.(timeoutKeeper); ok {
+		if err := k.keepTimeout(id, timeoutS); err != nil {
+			n.logger.Warn("sandbox's timeout not kept beside it: a server after this one that records a checkpoint of it this one left running gives it a day's",
+				"id", id, "error", err)
+		}
+	}
 	return n.setRunning(e), nil
 }
 

@@ -61,17 +61,39 @@ func (n *Node) SweepOrphans(recordsDir string, logger *slog.Logger) {
 	if logger == nil {
 		logger = n.logger
 	}
-	rl, ok := n.rt.(remainsLister)
-	if !ok {
+	if _, ok := n.rt.(remainsLister); !ok {
 		return
 	}
-	records, err := os.ReadDir(recordsDir) // the store made it: missing, it is not the store's
+	orphans, err := n.orphans(recordsDir)
 	if err != nil {
 		// Read as no records, every image of a damaged record NewNode kept would be
 		// taken for an orphan.
 		logger.Warn("the records could not be listed: no sweep of what sandboxes without a record left, nothing removed",
 			"dir", recordsDir, "error", err)
 		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for id := range orphans {
+		if err := n.rt.Destroy(ctx, id); err != nil {
+			logger.Warn("what a sandbox without a record left could not be removed", "id", id, "error", err)
+			continue
+		}
+		logger.Info("removed what a sandbox without a record left (a pause cut short, or lost running)", "id", id)
+	}
+}
+
+// orphans returns the sandboxes the runtime holds something of on disk that the node
+// does not list and no record file in recordsDir names; none, with the error, when
+// recordsDir cannot be listed.
+func (n *Node) orphans(recordsDir string) (map[string]bool, error) {
+	rl, ok := n.rt.(remainsLister)
+	if !ok {
+		return nil, nil
+	}
+	records, err := os.ReadDir(recordsDir) // the store made it: missing, it is not the store's
+	if err != nil {
+		return nil, err
 	}
 	hasRecordFile := func(id string) bool {
 		for _, r := range records {
@@ -89,13 +111,5 @@ func (n *Node) SweepOrphans(recordsDir string, logger *slog.Logger) {
 		}
 	}
 	n.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for id := range orphans {
-		if err := n.rt.Destroy(ctx, id); err != nil {
-			logger.Warn("what a sandbox without a record left could not be removed", "id", id, "error", err)
-			continue
-		}
-		logger.Info("removed what a sandbox without a record left (a pause cut short, or lost running)", "id", id)
-	}
+	return orphans, nil
 }

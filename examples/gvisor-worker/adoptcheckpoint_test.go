@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/internal/pid1/pid1test"
+)
+
+// Fault (a review of rows 3221 and 3260): a worker whose wait for the checkpoints its
+// drain abandoned gave up (250 ms before SIGKILL) exits with one still running: runsc
+// checkpoint, in a process group of its own, goes on writing. A worker restarted on the
+// directory in the same PID namespace (systemd, a supervisor; not a new pod's) took the
+// directory at once, and its sweep took the sandbox, which has no record until its
+// checkpoint ends, for one lost running: it force-deleted it mid-save, the sandbox lost.
+// The sweep now waits for that checkpoint, and records what it saved: the new worker
+// lists the sandbox paused and restores it.
+//
+//	old worker: one sandbox; SIGTERM; its checkpoint held past the hard deadline
+//	            exits 1 at SIGKILL - 250 ms, the runsc checkpoint still running
+//	new worker: starts on the directory
+//	            before: sweeps the sandbox (runsc delete -force): lost
+//	            after: waits for the checkpoint, which ends: lists it paused; restored,
+//	            its counter goes on
+func TestRestartedWorkerRecordsTheCheckpointItsPredecessorLeftRunning(t *testing.T) {
+	dir := runscConfig(t).StateDir
+	sock := filepath.Join(dir, "worker.sock")
+	d := runscDir{t: t, dir: t.TempDir()}
+	slowRunsc(t, d.dir) // the workers' runsc, first in their PATH
+	start := func() (*pid1test.Process, *logbuf.Buffer) {
+		cmd := exec.Command(os.Args[0], "-state-dir", dir, "-runtime", "runsc", "-grace", earlyGrace.String(), "-concurrency", "1")
+		cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0", "PATH="+d.dir+":"+os.Getenv("PATH"))
+		var stderr logbuf.Buffer
+		cmd.Stderr = &stderr
+		return pid1test.Start(t, cmd), &stderr
+	}
+	rs := sandbox.NewRunsc(filepath.Join(dir, "runsc")) // this PID namespace's, as the workers'
+	t.Cleanup(func() { _ = rs.Runtime.DeleteAll(context.Background()) })
+	old, oldLog := start()
+	waitSocket(t, sock, oldLog)
+	r, err := dial(t, sock).Run(context.Background(), &RunRequest{TimeoutS: 600})
+	require.NoError(t, err, "%s", oldLog)
+	id := r.ID
+	waitCount(t, rs.Bundle(id), 2)
+	d.mark("hold", id, "")
+	t.Cleanup(func() { os.Remove(filepath.Join(d.dir, "hold-"+id)) })
+	require.NoError(t, old.Cmd.Process.Signal(syscall.SIGTERM))
+	require.Error(t, old.Wait(t, 30*time.Second, "the old worker did not exit: %s", oldLog), "exit status 0 with its checkpoint left running: %s", oldLog)
+	require.Contains(t, oldLog.String(), "checkpoints the drain abandoned still running", "%s", oldLog)
+
+	_, nextLog := start()
+	require.Eventually(t, func() bool {
+		return strings.Contains(nextLog.String(), "worker serving") || strings.Contains(nextLog.String(), sandbox.MsgAwaitingCheckpoint)
+	}, 30*time.Second, 10*time.Millisecond, "the new worker neither serves nor waits: %s", nextLog)
+	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
+	require.Eventually(t, func() bool { return strings.Contains(nextLog.String(), "worker serving") },
+		60*time.Second, 10*time.Millisecond, "the new worker did not start: %s", nextLog)
+	t.Logf("new worker:\n%s", nextLog)
+	list, err := dial(t, sock).List(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, []SandboxReply{{ID: id, State: sandbox.Paused}}, list.Sandboxes, "the sandbox its predecessor's checkpoint saved is not listed paused")
+	saved, err := rs.Bundle(id).Counter()
+	require.NoError(t, err)
+	_, err = dial(t, sock).Restore(context.Background(), id)
+	require.NoError(t, err, "%s", nextLog)
+	waitCount(t, rs.Bundle(id), saved+1)
+}

@@ -1,0 +1,151 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/drainkit/drainkit/internal/durable"
+	"github.com/drainkit/drainkit/internal/runsc"
+)
+
+// A checkpointAdopter is a Runtime whose checkpoints can outlive the server that began
+// them: runsc's client, in a process group of its own, goes on writing after its server
+// exits.
+type checkpointAdopter interface {
+	// adoptCheckpoint waits, within ctx, for a checkpoint of sandbox id that another
+	// process runs, and reports whether one ran; when it made an image, it returns it,
+	// durable, with the sandbox's timeout.
+	adoptCheckpoint(ctx context.Context, id string, logger *slog.Logger) (image string, timeoutS int, found bool, err error)
+}
+
+// A timeoutKeeper is a Runtime that keeps each sandbox's timeout beside it on disk, for
+// a server after this one to record it (adoptCheckpoint): the record is written only once
+// a pause is done, and a server that exits before that takes the timeout with it.
+type timeoutKeeper interface {
+	keepTimeout(id string, timeoutS int) error
+}
+
+// MsgAwaitingCheckpoint is the WARN line of a server that waits for a checkpoint of a
+// sandbox without a record that another process runs (AdoptCheckpoints).
+const MsgAwaitingCheckpoint = "a checkpoint of a sandbox without a record still runs, begun by a server before this one: waiting for it to end, to record what it saves"
+
+// AdoptCheckpoints records the sandboxes that a checkpoint another process still runs
+// saves: a server before this one whose wait for a checkpoint its drain had abandoned gave
+// up at its exit (gvisor-worker's, 250 ms before SIGKILL) left runsc checkpoint running,
+// in a process group of its own, still writing the image of a sandbox that has no record
+// until its checkpoint ends; SweepOrphans took it for one lost running and force-deleted
+// it mid-save, the sandbox lost. Among the sandboxes SweepOrphans would take (not listed,
+// no record file in recordsDir), it waits for each such checkpoint (a WARN,
+// MsgAwaitingCheckpoint), then judges what it left as runsc's Checkpoint judges one whose
+// client was killed: one made is recorded and listed paused, with the timeout the sandbox
+// was created with; one not made is said at ERROR and left to SweepOrphans. Its error is
+// ctx's, when ctx ended a wait (the server's own SIGTERM): the sandbox is then left as it
+// is, neither recorded nor swept, and the server must not sweep. Call it once NewNode has
+// loaded the records, before SweepOrphans, holding the state directory's lock. logger
+// nil: the node's.
+func (n *Node) AdoptCheckpoints(ctx context.Context, recordsDir string, logger *slog.Logger) error {
+	if logger == nil {
+		logger = n.logger
+	}
+	rt, ok := n.rt.(checkpointAdopter)
+	if !ok {
+		return nil
+	}
+	orphans, err := n.orphans(recordsDir)
+	if err != nil {
+		return nil // SweepOrphans says so, and removes nothing
+	}
+	for _, id := range slices.Sorted(maps.Keys(orphans)) {
+		image, timeoutS, found, err := rt.adoptCheckpoint(ctx, id, logger)
+		switch {
+		case !found:
+			continue
+		case ctx.Err() != nil:
+			return fmt.Errorf("waiting for the checkpoint of %s a server before this one left running: %w", id, err)
+		case err != nil:
+			logger.Error("the checkpoint a server before this one left running did not save its sandbox: lost; what it left is swept",
+				"id", id, "error", err)
+			continue
+		}
+		n.adopt(id, image, timeoutS, logger)
+	}
+	return nil
+}
+
+// adopt lists sandbox id paused in image, with timeoutS, and writes its record; one whose
+// record cannot be written is listed paused with none, which a drain records when it can
+// (Running lists it).
+func (n *Node) adopt(id, image string, timeoutS int, logger *slog.Logger) {
+	e := &entry{Info: Info{ID: id, State: Paused, TimeoutS: timeoutS}, image: image}
+	if err := n.record(e, image); err != nil {
+		e.unrecorded = fmt.Errorf("%w: %w", ErrUnrecorded, err)
+		logger.Error("the sandbox a checkpoint left running by a server before this one saved is paused, but its record was not written: lost at exit unless a drain records it",
+			"id", id, "error", err)
+	} else {
+		logger.Info("recorded the sandbox a checkpoint left running by a server before this one saved: listed paused", "id", id, "timeout_s", timeoutS)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.sbs[id] = e
+}
+
+// timeoutFile is the file in a runsc sandbox's bundle that holds its timeout, in seconds.
+const timeoutFile = "timeout_s"
+
+// keepTimeout writes sandbox id's timeout into its bundle, durably.
+func (r *Runsc) keepTimeout(id string, timeoutS int) error {
+	return durable.WriteFile(filepath.Join(r.Bundle(id).Dir, timeoutFile), []byte(strconv.Itoa(timeoutS)), 0o600)
+}
+
+// keptTimeout returns the timeout keepTimeout kept for sandbox id; a day, the Run RPC's
+// default, with the error, when none can be read (a bundle of a server before
+// keepTimeout).
+func (r *Runsc) keptTimeout(id string) (int, error) {
+	data, err := os.ReadFile(filepath.Join(r.Bundle(id).Dir, timeoutFile))
+	if err != nil {
+		return 86400, err
+	}
+	s, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || s <= 0 || s > MaxTimeoutS {
+		return 86400, fmt.Errorf("%s: %q is no timeout in [1, %d]", timeoutFile, data, MaxTimeoutS)
+	}
+	return s, nil
+}
+
+// adoptCheckpoint waits for the runsc checkpoint clients of sandbox id that run now
+// (another process's: runsc.Runtime.CheckpointClients), then judges what they left
+// (runsc.Runtime.CheckpointLeft) as Pause would: an image that holds the exiting tasks
+// alone saved a workload that exited (removed, with ErrDied); a made one is made durable
+// and returned with the sandbox's kept timeout.
+func (r *Runsc) adoptCheckpoint(ctx context.Context, id string, logger *slog.Logger) (string, int, bool, error) {
+	pids := r.Runtime.CheckpointClients(id)
+	if len(pids) == 0 {
+		return "", 0, false, nil
+	}
+	logger.Warn(MsgAwaitingCheckpoint, "id", id, "pids", pids)
+	if _, err := r.Runtime.AwaitCheckpointClients(ctx, id); err != nil {
+		return "", 0, true, err
+	}
+	image := r.Image(id)
+	if err := r.Runtime.CheckpointLeft(ctx, id, image); err != nil {
+		return "", 0, true, err
+	}
+	if running, unread := runsc.SavedRunning(image); unread == nil && !running {
+		return "", 0, true, r.exitedAtCheckpoint(ctx, id, image)
+	}
+	if err := r.syncNew(image); err != nil {
+		return "", 0, true, fmt.Errorf("its image is not durable: %w", err)
+	}
+	timeoutS, err := r.keptTimeout(id)
+	if err != nil {
+		logger.Warn("the sandbox's timeout was not kept: recorded with a day's", "id", id, "error", err)
+	}
+	return image, timeoutS, true, nil
+}
