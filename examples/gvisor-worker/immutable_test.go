@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/internal/realpart"
+	"github.com/drainkit/drainkit/internal/runsc/runsctest"
 )
 
 // fsImmutableFl is FS_IMMUTABLE_FL (linux/fs.h), which x/sys/unix does not name.
@@ -52,11 +52,7 @@ func TestSandboxesOnAnImmutableImagesDirectoryAreSignalledAtOnce(t *testing.T) {
 	w, _, stop, d, ids := slowWorker(t, cfg, 1)
 	id := ids[0]
 	images := filepath.Dir(w.rt.(*sandbox.Runsc).Image(id))
-	require.NoError(t, os.MkdirAll(images, 0o700))
-	if err := syscall.Mount("tmpfs", images, "tmpfs", 0, "size=1m"); err != nil {
-		realpart.Missing(t, "skipping: mounting an images volume needs root: "+err.Error())
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(images, syscall.MNT_DETACH) })
+	runsctest.ImagesVolume(t, images, 0, "size=1m", "an images volume")
 	if err := setImmutable(images, true); err != nil {
 		realpart.Missing(t, "skipping: tmpfs's chattr +i needs Linux 6.0 and CAP_LINUX_IMMUTABLE: "+err.Error())
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/internal/logbuf"
-	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
+	"github.com/drainkit/drainkit/internal/runsc/runsctest"
 )
 
 // Fault (a measurement of real runsc on a read-only image directory): on a read-only
@@ -64,12 +64,7 @@ func drainOnImagesVolume(t *testing.T, flags uintptr, data, what string) (rep *d
 	cfg.Grace = earlyGrace
 	cfg.Concurrency = 1
 	w, _, stop, d, ids := slowWorker(t, cfg, 1)
-	images := filepath.Dir(w.rt.(*sandbox.Runsc).Image(ids[0]))
-	require.NoError(t, os.MkdirAll(images, 0o700))
-	if err := syscall.Mount("tmpfs", images, "tmpfs", flags, data); err != nil {
-		realpart.Missing(t, "skipping: mounting "+what+" needs root: "+err.Error())
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(images, syscall.MNT_DETACH) })
+	runsctest.ImagesVolume(t, filepath.Dir(w.rt.(*sandbox.Runsc).Image(ids[0])), flags, data, what)
 	rep = stop()
 	return rep, d.calls(rep.Start), ids[0]
 }

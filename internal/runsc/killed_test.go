@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/realpart"
+	"github.com/drainkit/drainkit/internal/runsc/runsctest"
 )
 
 // killedClient returns a Runtime over rt's containers whose runsc
@@ -128,11 +128,7 @@ func TestCheckpointWhoseClientIsKilledOnAFullVolumeIsNotMade(t *testing.T) {
 	defer cancel()
 	c := runThrottledCounter(ctx, t, rt, "killedfull", 5)
 	defer c.lift()
-	require.NoError(t, os.MkdirAll(c.img, 0o700))
-	if err := syscall.Mount("tmpfs", c.img, "tmpfs", 0, "size=64k"); err != nil {
-		realpart.Missing(t, "skipping: mounting a small images volume needs root: "+err.Error())
-	}
-	defer func() { _ = syscall.Unmount(c.img, syscall.MNT_DETACH) }()
+	runsctest.ImagesVolume(t, c.img, 0, "size=64k", "a small images volume")
 
 	client, killed := killedClient(t, rt)
 	err := client.Checkpoint(ctx, c.id, c.img)

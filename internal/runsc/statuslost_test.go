@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/realpart"
+	"github.com/drainkit/drainkit/internal/runsc/runsctest"
 )
 
 // autoReapEnv makes the test binary run autoReapMain: a process whose children's exit
@@ -131,11 +132,7 @@ func TestCheckpointWhoseStatusIsLostIsJudgedByWhatRunscLeft(t *testing.T) {
 	t.Run("failed", func(t *testing.T) {
 		runCounter(ctx, t, rt, dir, containerID("full"))
 		img := filepath.Join(dir, "full-img")
-		require.NoError(t, os.MkdirAll(img, 0o700))
-		if err := syscall.Mount("tmpfs", img, "tmpfs", 0, "size=4k"); err != nil {
-			realpart.Missing(t, "skipping: mounting a small images volume needs root: "+err.Error())
-		}
-		defer func() { _ = syscall.Unmount(img, syscall.MNT_DETACH) }()
+		runsctest.ImagesVolume(t, img, 0, "size=4k", "a small images volume")
 
 		res := checkpointStatusLost(t, rt, containerID("full"), img)
 		assert.True(t, res.Lost, "%+v", res)

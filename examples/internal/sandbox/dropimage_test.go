@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/runsc"
+	"github.com/drainkit/drainkit/internal/runsc/runsctest"
 )
 
 // usedBytes is what the volume of dir has in use.
@@ -39,7 +40,7 @@ func TestResumedRunscSandboxLeavesNoImageToFillTheVolume(t *testing.T) {
 	defer cancel()
 	a := runningCounter(t, ctx, n, rt)
 	b := runningCounter(t, ctx, n, rt)
-	mountImages(t, rt, "256m")
+	runsctest.ImagesVolume(t, filepath.Join(rt.Dir, "images"), 0, "size=256m", "a small images volume")
 	images := filepath.Dir(rt.Image(a.ID))
 
 	empty := usedBytes(t, images)

@@ -2,12 +2,14 @@ package sandbox
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/runsc/runsctest"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -72,7 +74,7 @@ func drainOnAFullVolume(t *testing.T, sandboxes int, spare bool) (context.Contex
 	for range sandboxes {
 		runningCounter(t, ctx, n, rt)
 	}
-	mountImages(t, rt, "4k")
+	runsctest.ImagesVolume(t, filepath.Join(rt.Dir, "images"), 0, "size=4k", "a small images volume")
 	if spare {
 		rt.SpareOnFullVolume()
 	}

@@ -17,22 +17,10 @@ import (
 
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/logbuf"
-	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
+	"github.com/drainkit/drainkit/internal/runsc/runsctest"
 	"github.com/drainkit/drainkit/pause"
 )
-
-// mountImages mounts a tmpfs of size bytes over rt's images directory until the test
-// ends.
-func mountImages(t *testing.T, rt *Runsc, size string) {
-	t.Helper()
-	images := filepath.Join(rt.Dir, "images")
-	require.NoError(t, os.MkdirAll(images, 0o700))
-	if err := syscall.Mount("tmpfs", images, "tmpfs", 0, "size="+size); err != nil {
-		realpart.Missing(t, "skipping: mounting a small images volume needs root: "+err.Error())
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(images, syscall.MNT_DETACH) })
-}
 
 // Fault (a review against runsc 20221219): a checkpoint that failed while writing its
 // image (ENOSPC: the images volume full) stops the sandbox all the same, for gVisor ends
@@ -49,7 +37,7 @@ func TestCheckpointThatFailsOnAFullDiskLosesTheSandboxNotVanishes(t *testing.T) 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	a := runningCounter(t, ctx, n, rt)
-	mountImages(t, rt, "4k")
+	runsctest.ImagesVolume(t, filepath.Join(rt.Dir, "images"), 0, "size=4k", "a small images volume")
 
 	p, err := pause.New(pause.ListFunc(n.Running), pause.Config{Limit: 1})
 	require.NoError(t, err)
@@ -179,12 +167,7 @@ func TestSandboxDeadBeforeACheckpointOnAReadOnlyVolumeIsDiedNotListedRunning(t *
 	defer cancel()
 	a := runningCounter(t, ctx, n, rt)
 	alive := runningCounter(t, ctx, n, rt)
-	images := filepath.Join(rt.Dir, "images")
-	require.NoError(t, os.MkdirAll(images, 0o700))
-	if err := syscall.Mount("tmpfs", images, "tmpfs", syscall.MS_RDONLY, "size=1m"); err != nil {
-		realpart.Missing(t, "skipping: mounting a read-only images volume needs root: "+err.Error())
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(images, syscall.MNT_DETACH) })
+	runsctest.ImagesVolume(t, filepath.Join(rt.Dir, "images"), syscall.MS_RDONLY, "size=1m", "a read-only images volume")
 
 	_, err := n.Pause(ctx, a.ID)
 	t.Logf("running: %v", err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/runsc/runsctest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -33,7 +34,7 @@ func TestPauseUndoneForItsRecordLeavesNoImageToFillTheVolume(t *testing.T) {
 	defer cancel()
 	a := runningCounter(t, ctx, n, rt)
 	b := runningCounter(t, ctx, n, rt)
-	mountImages(t, rt, "256m")
+	runsctest.ImagesVolume(t, filepath.Join(rt.Dir, "images"), 0, "size=256m", "a small images volume")
 	images := filepath.Dir(rt.Image(a.ID))
 	records := filepath.Join(filepath.Dir(images), "records")
 
@@ -97,7 +98,7 @@ func TestPauseWhoseImageSyncFailedLeavesNoImageToFillTheVolume(t *testing.T) {
 	defer cancel()
 	a := runningCounter(t, ctx, n, rt)
 	b := runningCounter(t, ctx, n, rt)
-	mountImages(t, rt, "256m")
+	runsctest.ImagesVolume(t, filepath.Join(rt.Dir, "images"), 0, "size=256m", "a small images volume")
 	images := filepath.Dir(rt.Image(a.ID))
 
 	empty := usedBytes(t, images)
