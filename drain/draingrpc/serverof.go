@@ -2,6 +2,7 @@ package draingrpc
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"reflect"
 	"sync"
@@ -127,9 +128,28 @@ func learnServerKey() any {
 	}
 	req.ProtoMajor, req.ProtoMinor = 2, 0 // grpc serves HTTP/2 requests only
 	req.Header.Set("Content-Type", "application/grpc")
+	req = asIfOnLoopback(req)
 	probe.ServeHTTP(&probeResponse{header: make(http.Header)}, req)
 	probe.GracefulStop() // waits for the handler, which set key
 	return key
+}
+
+// asIfOnLoopback gives learnServerKey's request what grpc gives every RPC
+// it serves, which a request made in process lacks: its client's address,
+// the local address it came in on (grpc's transport takes both from the
+// connection; under ServeHTTP, net/http puts them in the request) and an
+// :authority (grpc refuses a request with none, as net/http's HTTP/2
+// server does). A process-wide stats handler that reads them as grpc gives
+// them (a label of the listener, of the client's IP) runs on this RPC too,
+// on grpc's goroutine, where a panic ends the process: without them it
+// served every RPC of the program and ended it at drainkit's (row 3440).
+// The RPC is served in process, so the addresses are loopback's, with no
+// port.
+func asIfOnLoopback(req *http.Request) *http.Request {
+	req.RemoteAddr = "127.0.0.1:0"
+	req.Host = "localhost"
+	local := net.Addr(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	return req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, local))
 }
 
 // The service and method of learnServerKey's RPC, as a process-wide stats

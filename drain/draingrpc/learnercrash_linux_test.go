@@ -1,0 +1,71 @@
+package draingrpc
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
+
+	"github.com/drainkit/drainkit/drain"
+)
+
+// Fault: drainkit's own RPC, the one that learns grpc's key (row 2660,
+// served in process through ServeHTTP), had no local address, an empty
+// peer address and no :authority, where grpc gives every RPC it serves all
+// three (its transport takes the two addresses from the connection and
+// refuses a request with no :authority, as net/http's HTTP/2 server does
+// under ServeHTTP). A process-wide stats handler that labels each RPC with
+// them, as grpc gives them, served every RPC of the program and panicked
+// on drainkit's alone, on grpc's goroutine, where nothing recovers: the
+// process ended at its first held Stop.
+//
+//	every server           a stats handler labels each RPC: client, listener, authority
+//	a (tcp, 127.0.0.1:P)   the user's RPC, labelled; a stream runs, a connection in its handshake
+//	Stop(a)                learns the key: before, the process ends (nil pointer); after, learned
+//	another process        listens on 127.0.0.1:P
+//	the deadline           a's stream counts as cut
+//
+// It runs in a process of its own: the key is learned once per process,
+// and the option is the process's.
+func TestTheLearnersRPCCarriesTheAddressesAndAuthorityOfEveryRPC(t *testing.T) {
+	if !inAProcessOfItsOwn(t) {
+		return
+	}
+	withGlobalServerOptions(t, grpc.StatsHandler(labelEachRPC{}))
+	g := &drain.Gate{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	a := serveOn(t, g, ln, unchanged, dialing(ln.Addr()))
+	_, err = a.worker.EmptyCall(t.Context(), &testgrpc.Empty{})
+	require.NoError(t, err, "the user's own RPC, labelled")
+	holdWithItsOwnStream(t, a)
+
+	err = stopOnceClosed(t, a, g, func() { listenInAnotherProcess(t, a.addr) })
+	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop, told by the key learned")
+}
+
+// labelEachRPC is a stats handler that labels each RPC with its client's
+// address, the listener's it came in on and the authority it asked for,
+// read as grpc gives them for every RPC it serves: it trusts them there.
+type labelEachRPC struct{}
+
+type rpcLabelKey struct{}
+
+func (labelEachRPC) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	p, _ := peer.FromContext(ctx)
+	md, _ := metadata.FromIncomingContext(ctx)
+	label := netip.MustParseAddrPort(p.Addr.String()).Addr().String() + " " + p.LocalAddr.String() + " " + md.Get(":authority")[0]
+	return context.WithValue(ctx, rpcLabelKey{}, label)
+}
+func (labelEachRPC) HandleRPC(context.Context, stats.RPCStats) {}
+func (labelEachRPC) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (labelEachRPC) HandleConn(context.Context, stats.ConnStats) {}
