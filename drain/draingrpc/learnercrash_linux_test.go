@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -69,3 +70,50 @@ func (labelEachRPC) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.C
 	return ctx
 }
 func (labelEachRPC) HandleConn(context.Context, stats.ConnStats) {}
+
+// Fault: a process-wide stats handler that panicked on the connection of
+// drainkit's own RPC ended the process there, on the learning's goroutine,
+// where grpc calls a connection's TagConn and HandleConn under ServeHTTP,
+// with nothing to recover it. A connection grpc accepts on a TCP listener
+// has a *net.TCPAddr for its client; the one of a request served through
+// ServeHTTP has grpc's own string type, which a handler that asserts the
+// first (a server listening on TCP alone, labelling its connections by
+// their client's IP) did not expect.
+//
+//	every server           a stats handler labels each connection by its client's *net.TCPAddr
+//	a (tcp)                the user's RPC, on a labelled connection
+//	learning the key       its connection's label panics: before, the process ends;
+//	                       after, the learning ends without the key
+//
+// It runs in a process of its own: the key is learned once per process,
+// and the option is the process's.
+func TestAPanicOnTheLearnersConnectionEndsTheLearningNotTheProcess(t *testing.T) {
+	if !inAProcessOfItsOwn(t) {
+		return
+	}
+	withGlobalServerOptions(t, grpc.StatsHandler(labelEachConn{}))
+	a := serve(t, &drain.Gate{}, "tcp")
+	_, err := a.worker.EmptyCall(t.Context(), &testgrpc.Empty{})
+	require.NoError(t, err, "the user's own RPC, on a labelled connection")
+
+	startLearning()
+	select {
+	case <-keyLearning.done:
+	case <-time.After(10 * time.Second): // a hang guard: the learning takes a millisecond
+		t.Fatal("the learning still runs, 10 s on")
+	}
+	require.Nil(t, serverKey(), "the learning ended without the key, the process running on")
+}
+
+// labelEachConn is a stats handler that labels each connection with its
+// client's IP, from the *net.TCPAddr a TCP listener's connections have.
+type labelEachConn struct{}
+
+type connLabelKey struct{}
+
+func (labelEachConn) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (labelEachConn) HandleRPC(context.Context, stats.RPCStats)                       {}
+func (labelEachConn) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, connLabelKey{}, info.RemoteAddr.(*net.TCPAddr).IP.String())
+}
+func (labelEachConn) HandleConn(context.Context, stats.ConnStats) {}

@@ -129,9 +129,22 @@ func learnServerKey() any {
 	req.ProtoMajor, req.ProtoMinor = 2, 0 // grpc serves HTTP/2 requests only
 	req.Header.Set("Content-Type", "application/grpc")
 	req = asIfOnLoopback(req)
-	probe.ServeHTTP(&probeResponse{header: make(http.Header)}, req)
+	serveProbe(probe, req)
 	probe.GracefulStop() // waits for the handler, which set key
 	return key
+}
+
+// serveProbe serves req through probe, and recovers a panic of this
+// goroutine's: under ServeHTTP, grpc calls a connection's stats handlers
+// (TagConn, HandleConn) on the caller's goroutine, the learning's, and a
+// process-wide one that panics on the connection of drainkit's RPC alone
+// ended the process there (row 3441). Unwinding runs grpc's own deferred
+// cleanup of the connection (ServeHTTP's removeConn, serveStreams' Close),
+// so probe's GracefulStop still returns. A panic in an RPC's stats
+// handlers (TagRPC, HandleRPC) is on grpc's goroutine, out of reach.
+func serveProbe(probe *grpc.Server, req *http.Request) {
+	defer func() { _ = recover() }()
+	probe.ServeHTTP(&probeResponse{header: make(http.Header)}, req)
 }
 
 // asIfOnLoopback gives learnServerKey's request what grpc gives every RPC
