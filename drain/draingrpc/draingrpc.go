@@ -439,15 +439,18 @@ type Server interface {
 // ConnectionTimeout shorter than the step's reserve and GracefulStop ends
 // by itself.
 //
-// The first Stop of a *grpc.Server in a process learns where grpc names
-// an RPC's server from an RPC of its own, "/drainkit.draingrpc.Probe/LearnServerKey",
-// served in process by a grpc.Server of its own, which runs no
-// interceptor: grpc logs that server at INFO ("Server created"), and a
-// process-wide stats handler (grpc's observability packages) counts
-// that RPC. No Stop waits for that RPC: one that a process-wide stats
-// handler holds (a synchronous export to a collector that does not
-// answer) leaves the RPCs of a held grpc Stop to be told by the socket
-// tables, as the Step's detail says.
+// Where grpc names an RPC's server is learned once per process, as the
+// first RPC that interceptors made with any gate admit begins, from an RPC
+// of drainkit's own, "/drainkit.draingrpc.Probe/LearnServerKey", served in
+// process by a grpc.Server of its own, which runs no interceptor: grpc
+// logs that server at INFO ("Server created"), and a process-wide stats
+// handler (grpc's observability packages) counts that RPC, and runs on it
+// as on every RPC of the program's, before it reached those interceptors
+// (a handler that panics on every RPC ends the process at the program's
+// first, not at drainkit's). No Stop waits for that RPC: one that a
+// process-wide stats handler holds (a synchronous export to a collector
+// that does not answer) leaves the RPCs of a held grpc Stop to be told by
+// the socket tables, as the Step's detail says.
 //
 // A nil s (or a nil *grpc.Server in it) is not called: Stop returns an
 // error saying so.
@@ -488,15 +491,11 @@ func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (
 	}()
 	end := stopWatches(g)
 	defer end()
+	// grpc's key is learned from the first RPC g's interceptors admitted
+	// (gateState.rpc), not here: not waited for, since only a held Stop
+	// reads it and a process-wide stats handler may hold its RPC, which
+	// held every Stop, an idle server's too, to its deadline (row 3300).
 	gs, _ := s.(*grpc.Server) // nil for another Server: its RPCs cannot name it
-	if gs != nil {
-		// Learned from now, once per process (some 0.1 to 1 ms), while the
-		// window is open, not in the slack after the deadline, where a held
-		// Stop reads it; not waited for: only a held Stop reads it, and a
-		// process-wide stats handler may hold its RPC, which held every
-		// Stop, an idle server's too, to its deadline (row 3300).
-		startLearning()
-	}
 	var st *gateState
 	if g != nil {
 		st = stateOf(g)

@@ -97,8 +97,8 @@ func heldStopOfItsOwnStream(t *testing.T) error {
 // by the socket tables, and row 2580's fault came back.
 //
 //	every server           the policy's interceptors, unary and stream
-//	a (tcp, 127.0.0.1:P)   a stream runs, a connection in its handshake
-//	Stop(a)                learns the key; GracefulStop closes a's listener
+//	a (tcp, 127.0.0.1:P)   a stream runs (the first RPC: learns the key), a connection in its handshake
+//	Stop(a)                GracefulStop closes a's listener
 //	another process        listens on 127.0.0.1:P
 //	the deadline           before: nil; after: a's stream counts as cut
 //
@@ -120,8 +120,8 @@ func TestAHeldStopCountsItsOwnRPCUnderAGlobalPolicyInterceptor(t *testing.T) {
 // context, where the learner's walk stopped, and the key was not learned.
 //
 //	every server           a stats handler: a taggedRPC over grpc's context
-//	a (tcp, 127.0.0.1:P)   a stream runs, a connection in its handshake
-//	Stop(a)                learns the key; GracefulStop closes a's listener
+//	a (tcp, 127.0.0.1:P)   a stream runs (the first RPC: learns the key), a connection in its handshake
+//	Stop(a)                GracefulStop closes a's listener
 //	another process        listens on 127.0.0.1:P
 //	the deadline           before: nil; after: a's stream counts as cut
 func TestAHeldStopCountsItsOwnRPCUnderAGlobalStatsHandlerOfItsOwnContext(t *testing.T) {
@@ -189,8 +189,8 @@ func (endWithTheApp) HandleConn(context.Context, stats.ConnStats) {}
 // RPC too, and Stop returned only when it did, past its deadline.
 //
 //	every server           a stats handler whose End waits for the collector
-//	a (tcp)                a stream runs
-//	Stop(a), 100 ms        learns the key: its RPC's End held
+//	a (tcp)                a stream runs (the first RPC: learns the key, its RPC's End held)
+//	Stop(a), 100 ms
 //	the deadline           grpc's Stop cuts a's stream; Stop returns
 //	the collector          answers only once Stop returned
 //

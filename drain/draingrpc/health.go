@@ -294,11 +294,17 @@ func intercepting(g *drain.Gate, stream bool) *gateState {
 }
 
 // rpc counts one RPC in an interceptor's handler, ctx its own context,
-// until done is called.
+// until done is called. The first in the process starts learning grpc's
+// key (startLearning), which a held Stop tells such RPCs apart by: they
+// are what it is needed for, and each ran the process-wide stats handlers
+// before it reached the interceptor, as drainkit's own RPC that learns the
+// key runs them, so a handler that panics on every RPC has not waited for
+// drainkit's to end the process (row 3442).
 func (s *gateState) rpc(ctx context.Context) (done func()) {
 	if s == nil {
 		return func() {}
 	}
+	startLearning()
 	c := &call{ctx: ctx, local: localAddr(ctx)}
 	s.mu.Lock()
 	if s.calls == nil {

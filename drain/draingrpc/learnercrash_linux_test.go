@@ -25,11 +25,13 @@ import (
 // under ServeHTTP). A process-wide stats handler that labels each RPC with
 // them, as grpc gives them, served every RPC of the program and panicked
 // on drainkit's alone, on grpc's goroutine, where nothing recovers: the
-// process ended at its first held Stop.
+// process ended as the key was learned.
 //
 //	every server           a stats handler labels each RPC: client, listener, authority
-//	a (tcp, 127.0.0.1:P)   the user's RPC, labelled; a stream runs, a connection in its handshake
-//	Stop(a)                learns the key: before, the process ends (nil pointer); after, learned
+//	a (tcp, 127.0.0.1:P)   the user's RPC, labelled (the first: learns the key): before, the
+//	                       process ends (not an ip:port); after, learned
+//	                       a stream runs, a connection in its handshake
+//	Stop(a)                GracefulStop closes a's listener
 //	another process        listens on 127.0.0.1:P
 //	the deadline           a's stream counts as cut
 //
@@ -117,3 +119,43 @@ func (labelEachConn) TagConn(ctx context.Context, info *stats.ConnTagInfo) conte
 	return context.WithValue(ctx, connLabelKey{}, info.RemoteAddr.(*net.TCPAddr).IP.String())
 }
 func (labelEachConn) HandleConn(context.Context, stats.ConnStats) {}
+
+// Fault: the first Stop of a *grpc.Server in a process started the RPC
+// that learns grpc's key, whether or not any RPC had run: a process-wide
+// stats handler that panics on every RPC (on grpc's goroutine, where
+// nothing recovers it) ended a server that had served none yet at its
+// drain, on drainkit's RPC, where it had crashed on no RPC of its own. The
+// key is needed only to tell apart RPCs that g's interceptors admitted,
+// each of which ran the process-wide handlers before it reached them, so
+// the learning now waits for the first of those.
+//
+//	every server           a stats handler that panics on every RPC
+//	a (tcp)                serves no RPC
+//	Stop(a), 1 min         before: the process ends on drainkit's RPC;
+//	                       after: GracefulStop returns, and so does Stop
+//
+// It runs in a process of its own: the key is learned once per process,
+// and the option is the process's.
+func TestStopOfAServerThatServedNoRPCRunsNoRPCOfItsOwn(t *testing.T) {
+	if !inAProcessOfItsOwn(t) {
+		return
+	}
+	withGlobalServerOptions(t, grpc.StatsHandler(panicOnEveryRPC{}))
+	g := &drain.Gate{}
+	a := serve(t, g, "tcp")
+
+	returnsWithGracefulStop(t, a, g, "the Stop of a server that served no RPC")
+}
+
+// panicOnEveryRPC is a stats handler that panics on every RPC: one that
+// ends the process at the first RPC any server of it serves.
+type panicOnEveryRPC struct{}
+
+func (panicOnEveryRPC) TagRPC(context.Context, *stats.RPCTagInfo) context.Context {
+	panic("a stats handler that panics on every RPC")
+}
+func (panicOnEveryRPC) HandleRPC(context.Context, stats.RPCStats) {}
+func (panicOnEveryRPC) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (panicOnEveryRPC) HandleConn(context.Context, stats.ConnStats) {}

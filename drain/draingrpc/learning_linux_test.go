@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/drainkit/drainkit/drain"
 )
@@ -21,9 +22,9 @@ import (
 // the key is read only by a Stop held past its deadline.
 //
 //	every server           a stats handler whose End waits for the collector
+//	the process            its first RPC (another server's) starts learning the key: its RPC's End held
 //	a, b (tcp)             no RPC
-//	Stop(a), 1 min         learns the key: its RPC's End held
-//	                       GracefulStop returns: so does Stop
+//	Stop(a), 1 min         GracefulStop returns: so does Stop
 //	Stop(b), 1 min         the learning still held: Stop returns with GracefulStop
 //	the collector          answers only once both returned
 //
@@ -39,8 +40,9 @@ func TestStopOfAnIdleServerReturnsWithGracefulStopWhileLearningTheKeyIsHeld(t *t
 	a := serve(t, g, "tcp")
 	b := serve(t, g, "tcp")
 	t.Cleanup(func() { close(collector) }) // before a's and b's own cleanups
+	startLearning()                        // as the process's first RPC through draingrpc's interceptors does
 
-	returnsWithGracefulStop(t, a, g, "the first Stop, which starts learning the key")
+	returnsWithGracefulStop(t, a, g, "the first Stop, while the learning is held")
 	returnsWithGracefulStop(t, b, g, "a Stop of another server while the learning is held")
 }
 
@@ -68,7 +70,8 @@ func returnsWithGracefulStop(t *testing.T, s *server, g *drain.Gate, which strin
 // runtime ended the whole test binary, "fatal error: receive on synctest
 // channel from outside bubble".
 //
-//	a bubble               Stop of a server never served: starts learning the key
+//	a bubble               the process's first RPC through an interceptor: starts learning the key;
+//	                       Stop of a server never served
 //	a (tcp), outside it    a stream runs, a connection in its handshake
 //	Stop(a)                GracefulStop closes a's listener
 //	another process        listens on a's address
@@ -80,9 +83,21 @@ func TestAHeldStopAfterTheFirstStopRanInASynctestBubble(t *testing.T) {
 		return
 	}
 	synctest.Test(t, func(t *testing.T) {
+		admitOneRPC(t)
 		require.NoError(t, Stop(t.Context(), grpc.NewServer(), nil), "a test's server, never served")
 	})
 
 	err := heldStopOfItsOwnStream(t)
 	require.ErrorIs(t, err, context.Canceled, "a's own stream, cut by its Stop, told by grpc's key")
+}
+
+// admitOneRPC runs a unary RPC through an interceptor of draingrpc's, as a
+// test's server in a bubble serves its client's: the first in the process
+// starts learning grpc's key.
+func admitOneRPC(t *testing.T) {
+	t.Helper()
+	intercept := UnaryServerInterceptor(&drain.Gate{}, Methods(nil, drain.Create))
+	info := &grpc.UnaryServerInfo{FullMethod: testgrpc.TestService_EmptyCall_FullMethodName}
+	_, err := intercept(t.Context(), &testgrpc.Empty{}, info, func(context.Context, any) (any, error) { return &testgrpc.Empty{}, nil })
+	require.NoError(t, err)
 }

@@ -17,14 +17,15 @@ var grpcPkg = reflect.TypeFor[grpc.Server]().PkgPath()
 
 // keyLearning learns grpc-go's context key for the *grpc.Server serving
 // an RPC (learnServerKey), once per process, on a goroutine of its own
-// that the first call of startLearning starts: its RPC runs the
-// process-wide stats handlers, whose code may hold it (a tracer exporting
-// to a collector that does not answer), and no Stop waits for it: one held
-// past its deadline reads what it learned (serverKey). Its channel is made
-// as the package is initialized, outside any testing/synctest bubble: the
-// first Stop may run in one (a test of a server's drain), and a channel
-// made there would be that bubble's, which a Stop outside it may not read
-// (the runtime ends the process).
+// that the first call of startLearning starts, as the first RPC an
+// interceptor of draingrpc's admits begins (gateState.rpc): its RPC runs
+// the process-wide stats handlers, whose code may hold it (a tracer
+// exporting to a collector that does not answer), and no Stop waits for
+// it: one held past its deadline reads what it learned (serverKey). Its
+// channel is made as the package is initialized, outside any
+// testing/synctest bubble: the first RPC may run in one (a test of a
+// server's drain), and a channel made there would be that bubble's, which
+// a Stop outside it may not read (the runtime ends the process).
 var keyLearning = &learning{done: make(chan struct{})}
 
 // startLearning starts keyLearning, on its first call only.
@@ -44,7 +45,6 @@ func (l *learning) learn() {
 // serverKey is grpc-go's context key for the *grpc.Server serving an RPC,
 // once learned; nil when it could not be, or is not yet.
 func serverKey() any {
-	startLearning()
 	select {
 	case <-keyLearning.done:
 		return keyLearning.key

@@ -39,7 +39,7 @@ func TestServerOfNamesTheServerOfAnRPC(t *testing.T) {
 	assert.Nil(t, serverOf(context.Background()), "no RPC's context: no server")
 }
 
-// awaitServerKey starts learning serverKey, when no Stop did, and waits
+// awaitServerKey starts learning serverKey, when no RPC did, and waits
 // for it until ctx ends.
 func awaitServerKey(ctx context.Context) {
 	startLearning()
