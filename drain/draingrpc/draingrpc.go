@@ -450,7 +450,10 @@ type Server interface {
 // first, not at drainkit's). No Stop waits for that RPC: one that a
 // process-wide stats handler holds (a synchronous export to a collector
 // that does not answer) leaves the RPCs of a held grpc Stop to be told by
-// the socket tables, as the Step's detail says.
+// the socket tables, as the Step's detail says. A learning that fails (a
+// grpc-go that no longer names the server, a process-wide stats handler
+// that hides it or panics on drainkit's connection) is logged once, as it
+// ends, at WARN through slog.Default, with its cause and what to do.
 //
 // A nil s (or a nil *grpc.Server in it) is not called: Stop returns an
 // error saying so.

@@ -162,7 +162,8 @@ func TestLearningTheKeyReadsNoFieldOfAContextCancelledMeanwhile(t *testing.T) {
 		defer close(shutDown)
 		shutdown()
 	}()
-	require.NotNil(t, learnServerKey(), "grpc's key, learned under the stats handler")
+	key, why := learnServerKey()
+	require.NotNil(t, key, "grpc's key, learned under the stats handler: %s", why)
 	<-shutDown
 }
 

@@ -2,6 +2,8 @@ package draingrpc
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"reflect"
@@ -39,7 +41,24 @@ type learning struct {
 
 func (l *learning) learn() {
 	defer close(l.done)
-	l.key = learnServerKey()
+	var why string
+	l.key, why = learnServerKey()
+	if l.key == nil {
+		warnNotLearned(why)
+	}
+}
+
+// warnNotLearned says, once per process (the learning runs once), at WARN
+// through slog.Default (draingrpc has no Logger of its own), that grpc's
+// key was not learned, why, and what it costs and what to do: each held
+// Step's detail says so too, but only in the Report, after the drain, and
+// the logs said nothing when it failed (row 3443).
+func warnNotLearned(why string) {
+	slog.Default().Warn("draingrpc: where grpc names an RPC's server was not learned: a Stop whose grpc Stop is held past its deadline will tell "+
+		"its RPCs from other servers' by the socket tables alone, which take an RPC of its own for another server's where another socket "+
+		"listens on its address (another process's, an SO_REUSEPORT group's), and its Step's detail says so; make each grpc.Server with a "+
+		"grpc.ConnectionTimeout shorter than its Step's reserve, so that a connection in its handshake does not hold its Stop",
+		"cause", why)
 }
 
 // serverKey is grpc-go's context key for the *grpc.Server serving an RPC,
@@ -105,8 +124,8 @@ func serverOf(ctx context.Context) *grpc.Server {
 // drainkit's API does not have; grpc's channelz drops a server's entry as
 // its Stop begins; a ServerTransportStream, the interceptor's info and
 // the service registered say nothing of the server.
-func learnServerKey() any {
-	var key any
+func learnServerKey() (key any, why string) {
+	handled := false
 	probe := grpc.NewServer()
 	probe.RegisterService(&grpc.ServiceDesc{
 		ServiceName: probeService,
@@ -115,6 +134,7 @@ func learnServerKey() any {
 			MethodName: probeMethod,
 			// The interceptors are the caller's to run, and are not run.
 			Handler: func(_ any, ctx context.Context, _ func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				handled = true
 				if k, ok := findServerKey(ctx); ok && ctx.Value(k) == probe {
 					key = k
 				}
@@ -124,14 +144,23 @@ func learnServerKey() any {
 	}, struct{}{})
 	req, err := http.NewRequest(http.MethodPost, "/"+probeService+"/"+probeMethod, http.NoBody)
 	if err != nil {
-		return nil
+		return nil, "drainkit's RPC could not be made: " + err.Error()
 	}
 	req.ProtoMajor, req.ProtoMinor = 2, 0 // grpc serves HTTP/2 requests only
 	req.Header.Set("Content-Type", "application/grpc")
 	req = asIfOnLoopback(req)
-	serveProbe(probe, req)
-	probe.GracefulStop() // waits for the handler, which set key
-	return key
+	panicked := serveProbe(probe, req)
+	probe.GracefulStop() // waits for the handler, which set key and handled
+	switch {
+	case key != nil:
+		return key, ""
+	case panicked != nil:
+		return nil, fmt.Sprintf("a process-wide stats handler (grpc's AddGlobalServerOptions) panicked on the connection of drainkit's RPC %s, served in process: %v", probeFullMethod, panicked)
+	case !handled:
+		return nil, "drainkit's RPC " + probeFullMethod + " did not reach its handler: a process-wide server option (grpc's AddGlobalServerOptions) refused it"
+	}
+	return nil, "no context of drainkit's RPC " + probeFullMethod + " holds grpc's key naming its server: a grpc-go that no longer names an RPC's server there (this drainkit was tested with " + testedGRPC + "), " +
+		"or a process-wide stats handler whose context keeps grpc's in a field of no context type (declare it context.Context)"
 }
 
 // serveProbe serves req through probe, and recovers a panic of this
@@ -142,9 +171,10 @@ func learnServerKey() any {
 // cleanup of the connection (ServeHTTP's removeConn, serveStreams' Close),
 // so probe's GracefulStop still returns. A panic in an RPC's stats
 // handlers (TagRPC, HandleRPC) is on grpc's goroutine, out of reach.
-func serveProbe(probe *grpc.Server, req *http.Request) {
-	defer func() { _ = recover() }()
+func serveProbe(probe *grpc.Server, req *http.Request) (panicked any) {
+	defer func() { panicked = recover() }()
 	probe.ServeHTTP(&probeResponse{header: make(http.Header)}, req)
+	return nil
 }
 
 // asIfOnLoopback gives learnServerKey's request what grpc gives every RPC
@@ -170,7 +200,13 @@ func asIfOnLoopback(req *http.Request) *http.Request {
 const (
 	probeService = "drainkit.draingrpc.Probe"
 	probeMethod  = "LearnServerKey"
+
+	probeFullMethod = "/" + probeService + "/" + probeMethod
 )
+
+// testedGRPC is the grpc-go release whose contexts drainkit's tests read
+// (go.mod's; TestServerOfNamesTheServerOfAnRPC).
+const testedGRPC = "grpc-go v1.85"
 
 // probeResponse is the response of learnServerKey's RPC, dropped: an
 // http.ResponseWriter that flushes, as grpc's ServeHTTP needs.
