@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/internal/fakesandbox"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -86,7 +87,7 @@ func TestNewServerOfAStaticPodReadsItsGraceOnceTheKubeletMadeItsMirrorPod(t *tes
 						reads.Add(1)
 					}
 					if c.made == 0 || time.Since(start) < c.made {
-						w.WriteHeader(http.StatusNotFound) // the mirror pod not made yet
+						fakeapiserver.PodNotFound(w, api.Name) // the mirror pod not made yet
 						return
 					}
 					api.ServeHTTP(w, r)

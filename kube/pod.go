@@ -453,9 +453,11 @@ type APIError struct {
 	// refused says, for a 401, why the token was refused as far as its
 	// claims show (Pod.refused), and for a 403 of admission what refused
 	// the request, in place of Need; gone, that the 401 is to the pod's
-	// own token and the pod's removal, which IsNotFound reports.
+	// own token and the pod's removal, which IsNotFound reports; podless,
+	// that a 404 names no pod (notAPod), which IsNotFound does not report.
 	refused string
 	gone    bool
+	podless bool
 }
 
 // Error says which status the API server answered and why.
@@ -463,6 +465,9 @@ func (e *APIError) Error() string {
 	msg := fmt.Sprintf("kube: API server: %d %s", e.StatusCode, http.StatusText(e.StatusCode))
 	if e.Message != "" {
 		msg += ": " + e.Message
+	}
+	if e.podless {
+		msg += " (" + podlessNote + ")"
 	}
 	if e.StatusCode == http.StatusForbidden && e.Need != "" && e.refused == "" {
 		msg += " (the pod's service account needs RBAC " + e.Need + ")"
@@ -857,7 +862,11 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 
 // IsNotFound reports whether err is, or wraps, the API server's answer that
 // it has no pod of this name in its namespace (an *APIError): its 404 Not
-// Found, or its 401 Unauthorized to the pod's own service account token
+// Found whose Status names a pod (reason NotFound, details kind "pods", as
+// kube-apiserver answers a GET of a pod it does not have), not a 404 that
+// names none (notAPod: a proxy in front that does not know the route, the
+// API server's own answer to a path it does not serve), or its 401
+// Unauthorized to the pod's own service account token
 // (bound to this pod's name, and UID when known, not about to expire, and
 // of an audience the API server takes: made for its own, as the kubelet's
 // says, or of the binding of a token an earlier answer took), which the
@@ -876,8 +885,29 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 // token.
 func IsNotFound(err error) bool {
 	var apiErr *APIError
-	return errors.As(err, &apiErr) && (apiErr.StatusCode == http.StatusNotFound || apiErr.gone)
+	return errors.As(err, &apiErr) && (apiErr.StatusCode == http.StatusNotFound && !apiErr.podless || apiErr.gone)
 }
+
+// notAPod reports whether a 404 with Status status (nil: its body is
+// none) names no pod. The API server answers a GET of a pod it does not
+// have with a Status of reason NotFound whose details name the pod, kind
+// "pods" (kube-apiserver v1.34.4, measured: a pod removed, one in a
+// namespace that does not exist); a path it does not serve with its text
+// "404 page not found" (a group it does not have, a prefix of a proxy's
+// before /api: a Config.Host with a wrong path) or a Status with empty
+// details (a wrong resource or version); and a proxy in front that does
+// not know the route with a page of its own. None of those is the pod's
+// removal, which drain takes for a force deletion and plans SIGKILL 2 s
+// after SIGTERM by (row 3444). RBAC hides nothing behind a 404: it answers
+// 403, for a pod that exists or not; an aggregated API not served answers
+// 503.
+func notAPod(status *apiStatus) bool {
+	return status == nil || status.Reason != "NotFound" || status.Details.Kind != "pods"
+}
+
+// podlessNote is the Error of a 404 that names no pod (notAPod).
+const podlessNote = "names no pod: not the API server's answer for a pod it does not have, but a proxy's in front that does not know the route, " +
+	"or the API server's for a path it does not serve (a Config.Host with a wrong path); not the pod's removal"
 
 // staticRead says, for ErrStaticPod's error, what a read of a static
 // pod's mirror pod found: its deletionTimestamp, none, or the read's
@@ -1180,7 +1210,7 @@ func clockOffset(date string, sent, got time.Time) time.Duration {
 // (a cause NamespaceTerminating), which is how `kubectl delete namespace`
 // ends its pods, and ResourceQuota to one past a quota.
 func apiError(code int, body []byte, status *apiStatus, need string) *APIError {
-	e := &APIError{StatusCode: code, Need: need}
+	e := &APIError{StatusCode: code, Need: need, podless: code == http.StatusNotFound && notAPod(status)}
 	if status != nil {
 		e.Reason, e.Message = status.Reason, status.Message
 		if code == http.StatusForbidden && !strings.Contains(status.Message, `forbidden: User "`) {
@@ -1205,6 +1235,8 @@ type apiStatus struct {
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
 	Details struct {
+		Name   string `json:"name"`
+		Kind   string `json:"kind"`
 		Causes []struct {
 			Reason string `json:"reason"`
 		} `json:"causes"`

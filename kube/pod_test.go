@@ -45,7 +45,8 @@ import (
 const (
 	testNamespace = "agentenv"
 	testPod       = "agentenv-node-x7k2p"
-	testPodPath   = "/api/v1/namespaces/agentenv/pods/agentenv-node-x7k2p"
+	testPodsPath  = "/api/v1/namespaces/agentenv/pods/"
+	testPodPath   = testPodsPath + "agentenv-node-x7k2p"
 	testEventPath = "/apis/events.k8s.io/v1/namespaces/agentenv/events"
 )
 
@@ -92,6 +93,8 @@ func newAPIServer(t *testing.T, serve http.HandlerFunc) (*apiServer, kube.Config
 				post = a.storeEvent
 			}
 			post(w, r)
+		case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, testPodsPath):
+			fakeapiserver.PodNotFound(w, strings.TrimPrefix(r.URL.Path, testPodsPath)) // another pod's name
 		default:
 			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no route "+r.Method+" "+r.URL.Path)
 		}
@@ -289,7 +292,7 @@ func TestDeletionAPIErrors(t *testing.T) {
 				`pods "agentenv-node-x7k2p" is forbidden: User "system:serviceaccount:agentenv:default" cannot get resource "pods"`)
 		}, 403, "Forbidden", `RBAC "get" on "pods"`},
 		{"not found", func(w http.ResponseWriter, _ *http.Request) {
-			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, `pods "agentenv-node-x7k2p" not found`)
+			fakeapiserver.PodNotFound(w, "agentenv-node-x7k2p")
 		}, 404, "NotFound", `pods "agentenv-node-x7k2p" not found`},
 		{"not a Status body", func(w http.ResponseWriter, _ *http.Request) {
 			http.Error(w, "upstream connect error", http.StatusServiceUnavailable)

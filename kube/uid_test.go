@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/kube"
 )
 
@@ -35,7 +36,7 @@ func TestUIDIsConfiguredOrLearnedFromARead(t *testing.T) {
 	})
 	t.Run("not from a 404", func(t *testing.T) {
 		_, cfg := newAPIServer(t, func(w http.ResponseWriter, _ *http.Request) {
-			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, `pods "`+testPod+`" not found`)
+			fakeapiserver.PodNotFound(w, testPod)
 		})
 		p := newPod(t, cfg, testPod)
 		_, err := p.Deletion(t.Context())
@@ -82,7 +83,7 @@ func TestIdentitySaysWhetherTheNameNamesThisPod(t *testing.T) {
 	})
 	t.Run("no pod of the name", func(t *testing.T) {
 		_, cfg := newAPIServer(t, func(w http.ResponseWriter, _ *http.Request) {
-			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, `pods "`+testPod+`" not found`)
+			fakeapiserver.PodNotFound(w, testPod)
 		})
 		cfg.UID = uid
 		p := newPod(t, cfg, testPod)
@@ -182,7 +183,7 @@ func TestMirrorPendingIsAStaticPodsReadBeforeItsMirrorPod(t *testing.T) {
 		mirrorUID = "8d3c2f1e-0000-4000-8000-000000000001"
 	)
 	notFound := func(w http.ResponseWriter, _ *http.Request) {
-		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, `pods "`+testPod+`" not found`)
+		fakeapiserver.PodNotFound(w, testPod)
 	}
 	t.Run("a static pod's, then its mirror pod made", func(t *testing.T) {
 		var made atomic.Bool
@@ -266,7 +267,7 @@ func TestMirrorPodsDeletionIsNotTheStaticPods(t *testing.T) {
 				case 1:
 					deleted(w, r)
 				case 2:
-					writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "pods \"sandboxd-0\" not found")
+					fakeapiserver.PodNotFound(w, "sandboxd-0")
 				default:
 					again(w, r)
 				}

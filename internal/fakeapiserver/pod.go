@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,8 +18,8 @@ import (
 // pod, for a kube.Pod: GET /api/v1/namespaces/Namespace/pods/Name answers
 // the pod, with the deletionTimestamp and terminationGracePeriodSeconds
 // last set; POST /apis/events.k8s.io/v1/namespaces/Namespace/events keeps
-// the Event and answers 201 Created (400 for a body that is no Event);
-// anything else is 404. Set its fields before it serves; its methods are
+// the Event and answers 201 Created (400 for a body that is no Event); a
+// GET of another pod in Namespace is PodNotFound; anything else is 404. Set its fields before it serves; its methods are
 // safe while it serves.
 type Pod struct {
 	// Name, Namespace and UID are the pod's.
@@ -82,8 +83,8 @@ func (p *Pod) SetPriority(priority int32) { p.set(func() { p.priority = priority
 func (p *Pod) SetContainers(cs ...corev1.Container) { p.set(func() { p.containers = cs }) }
 
 // Refuse answers every request from now on with status and a Status
-// (403: RBAC denies the service account, in the authorizer's words); zero
-// answers again.
+// (403: RBAC denies the service account, in the authorizer's words; 404
+// to a GET: the pod removed, as PodNotFound); zero answers again.
 func (p *Pod) Refuse(status int) { p.set(func() { p.status = status }) }
 
 // Hang makes every request from now on hang until its client gives up.
@@ -127,6 +128,10 @@ func (p *Pod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Unlock()
 	if hang {
 		<-r.Context().Done()
+		return
+	}
+	if status == http.StatusNotFound && r.Method == http.MethodGet {
+		PodNotFound(w, p.Name) // the pod removed, in the API server's words
 		return
 	}
 	if status != 0 {
@@ -178,7 +183,24 @@ func (p *Pod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.events = append(p.events, ev)
 		w.WriteHeader(http.StatusCreated)
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/"+p.Namespace+"/pods/"):
+		PodNotFound(w, strings.TrimPrefix(r.URL.Path, "/api/v1/namespaces/"+p.Namespace+"/pods/")) // another pod's name
 	default:
 		w.WriteHeader(http.StatusNotFound)
 	}
+}
+
+// PodNotFound answers as the API server does a GET of a pod it does not
+// have (measured on kube-apiserver v1.34.4): 404 with a Status whose
+// reason is NotFound and whose details name the pod, kind "pods". A 404
+// that names no pod (a proxy's page, the API server's answer to a path it
+// does not serve) is not one.
+func PodNotFound(w http.ResponseWriter, name string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotFound)
+	_ = json.NewEncoder(w).Encode(&metav1.Status{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
+		Status:   metav1.StatusFailure, Message: `pods "` + name + `" not found`, Reason: metav1.StatusReasonNotFound,
+		Details: &metav1.StatusDetails{Name: name, Kind: "pods"}, Code: http.StatusNotFound,
+	})
 }

@@ -499,6 +499,47 @@ func TestRealAPIServer(t *testing.T) {
 		}
 	})
 
+	// docs/faults.md row 3444: every 404 was the pod's removal, which the
+	// drain takes for a force deletion (SIGKILL 2 s after SIGTERM). The
+	// API server names the pod in the Status of its 404 for a pod it does
+	// not have; a path it does not serve gets its "404 page not found"
+	// (a Config.Host with a proxy's path prefix, as Rancher's
+	// /k8s/clusters/ID, pointed at the API server itself), which named no
+	// pod and planned the force deletion all the same, where the kubelet
+	// gives the deletion's hour.
+	t.Run("A404ThatNamesNoPodIsNotThePodsRemoval", func(t *testing.T) {
+		createPod(t, c, "removed-by-name")
+		deletePod(t, c, "removed-by-name", 0)
+		removed, err := kube.New("removed-by-name", podConfig(t, c, realapiserver.AdminToken))
+		require.NoError(t, err)
+		_, err = removed.Deletion(t.Context())
+		assert.True(t, kube.IsNotFound(err), "the API server's 404 for a pod it does not have: %v", err)
+
+		behind := createPod(t, c, "behind-a-prefix")
+		cfg := podConfig(t, c, realapiserver.AdminToken)
+		cfg.Host, cfg.UID = c.URL+"/k8s/clusters/c-1", string(behind.UID) // POD_UID set: a 404 can read as its removal
+		pod, err := kube.New("behind-a-prefix", cfg)
+		require.NoError(t, err)
+		b, err := deadline.New(3600*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		var logs logbuf.Buffer
+		failed := logbuf.NewSignal("the pod's deletion could not be read")
+		d, err := drain.New(drain.Config{Budget: b, Sandboxes: draintest.NewNode(), Pod: pod,
+			Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, failed), nil))})
+		require.NoError(t, err)
+		d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/drain?wait=0s", nil))
+		select {
+		case <-failed.Seen():
+		case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+			require.Fail(t, "the read at the preStop call was not a failed read", "SIGKILL at T0 + %v; log:\n%s", b.Kill().Sub(b.Start()), logs.String())
+		}
+		assert.Equal(t, 3600*time.Second, b.Kill().Sub(b.Start()), "the budget stands: no force deletion planned")
+		assert.Contains(t, logs.String(), "404 page not found")
+		assert.Contains(t, logs.String(), "names no pod")
+		assert.NotContains(t, logs.String(), "a force deletion")
+		d.Shutdown(t.Context())
+	})
+
 	// docs/faults.md row 1110: the API server answers a token of an
 	// audience it does not take (a serviceAccountToken volume of another
 	// service's audience) with the bare 401 it answers the token of a pod
