@@ -56,6 +56,7 @@ func TestALearningThatFailedIsSaidOnceInTheLog(t *testing.T) {
 	assert.Contains(t, warned[0], "socket tables")
 	assert.Contains(t, warned[0], "grpc.ConnectionTimeout")
 	assert.Contains(t, warned[0], "a field of no context type")
+	assert.Contains(t, warned[0], "this binary's: v", "the grpc-go this binary runs")
 }
 
 // linesWith returns the lines of logs that hold s.

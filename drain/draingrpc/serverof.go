@@ -142,7 +142,7 @@ func learnServerKey() (key any, why string) {
 			},
 		}},
 	}, struct{}{})
-	req, err := http.NewRequest(http.MethodPost, "/"+probeService+"/"+probeMethod, http.NoBody)
+	req, err := http.NewRequest(http.MethodPost, probeFullMethod, http.NoBody)
 	if err != nil {
 		return nil, "drainkit's RPC could not be made: " + err.Error()
 	}
@@ -159,7 +159,7 @@ func learnServerKey() (key any, why string) {
 	case !handled:
 		return nil, "drainkit's RPC " + probeFullMethod + " did not reach its handler: a process-wide server option (grpc's AddGlobalServerOptions) refused it"
 	}
-	return nil, "no context of drainkit's RPC " + probeFullMethod + " holds grpc's key naming its server: a grpc-go that no longer names an RPC's server there (this drainkit was tested with " + testedGRPC + "), " +
+	return nil, "no context of drainkit's RPC " + probeFullMethod + " holds grpc's key naming its server: a grpc-go (this binary's: v" + grpc.Version + ") that no longer names an RPC's server there, " +
 		"or a process-wide stats handler whose context keeps grpc's in a field of no context type (declare it context.Context)"
 }
 
@@ -203,10 +203,6 @@ const (
 
 	probeFullMethod = "/" + probeService + "/" + probeMethod
 )
-
-// testedGRPC is the grpc-go release whose contexts drainkit's tests read
-// (go.mod's; TestServerOfNamesTheServerOfAnRPC).
-const testedGRPC = "grpc-go v1.85"
 
 // probeResponse is the response of learnServerKey's RPC, dropped: an
 // http.ResponseWriter that flushes, as grpc's ServeHTTP needs.
