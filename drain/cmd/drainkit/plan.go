@@ -97,6 +97,8 @@ DIR/learned-rates.json at every shutdown and starts from it) or -rates FILE;
 -estimate, -concurrency, -grace and -step override it, and are needed where
 no rates file exists (a server that does not write one, or a node that has
 not drained yet: with -grace and -estimate the plan is made from the flags).
+A -state-dir that does not exist is refused (exit 2): every server makes its
+state directory when it starts, so it is no node's (a mistyped path).
 
 A pod whose preStop hook is a sleep (lifecycle.preStop.sleep; the server's
 DRAINKIT_PRESTOP_SLEEP) is planned with -prestop-sleep SECONDS: the kubelet
@@ -372,6 +374,9 @@ func (in *planInput) loadRates(stateDir, file string, grace, estimate time.Durat
 	}
 	r, err := learned.Read(in.ratesPath)
 	if errors.Is(err, learned.ErrNone) {
+		if err := noStateDir(stateDir, file); err != nil {
+			return err
+		}
 		// A node that never drained has none: the flags given stand in for
 		// it (the runbook's command, run on every node, failed on each new
 		// one while asking for the flags it had). The concurrency has the
@@ -392,6 +397,28 @@ func (in *planInput) loadRates(stateDir, file string, grace, estimate time.Durat
 	}
 	in.rates = r
 	return err
+}
+
+// noStateDir refuses a rates file whose directory does not exist: every
+// server makes its state directory when it starts (internal/statedir), so
+// none keeps its state there, and the plan must not take a mistyped path
+// for a node that never drained. The error names the flag as given (-rates
+// FILE, else -state-dir DIR).
+func noStateDir(stateDir, file string) error {
+	dir, flag := stateDir, "-state-dir "+stateDir
+	if file != "" {
+		dir, flag = filepath.Dir(file), "-rates "+file
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if file != "" {
+		flag += ": no such directory " + dir
+	} else {
+		flag += ": no such directory"
+	}
+	return fmt.Errorf("%s: a server makes its state directory when it starts (sandboxd's, the supervisor's and the gVisor worker's -state-dir), "+
+		"so no server keeps its learned rates there: give the directory the server uses on this node", flag)
 }
 
 func (in *planInput) listServer(ctx context.Context, url string, timeout time.Duration, cfg httpsource.Config) error {
