@@ -149,6 +149,9 @@ type Server struct {
 	secret string
 	log    *slog.Logger
 	ready  *http.ServeMux // srv.Handler as NewServer (or Run) wrapped it: GET /readyz in front
+	// misdirected is set once the log said that the kubelet's preStop
+	// hook came to srv's address (misdirectedHook): once is enough.
+	misdirected atomic.Bool
 
 	// listening receives the two listeners' addresses once Run serves:
 	// srv's, then the hook's (for tests that listen on port 0).
@@ -379,9 +382,47 @@ func (s *Server) wrapHandler() bool {
 	}
 	s.ready = http.NewServeMux()
 	s.ready.Handle("GET /readyz", s.d.Gate().Readiness(ownReadiness(next)))
+	s.ready.Handle("GET "+hookPath, s.misdirectedHook(next))
 	s.ready.Handle("/", next)
 	s.srv.Handler = s.ready
 	return true
+}
+
+// hookPath is where the preStop hook is served, on EnvHookListen.
+const hookPath = "/drain"
+
+// misdirectedHook is next, srv's handler, for GET /drain on srv's own
+// address, which says at Error, once, when the kubelet's httpGet hook
+// (its User-Agent, kube-lifecycle/VERSION) comes there and next does not
+// serve it: the manifest's preStop names srv's port, not the hook's, and
+// the drain never hears of the hook. Nothing else says so: the kubelet
+// takes any answer, a 404 too, for the hook's end (it records no
+// FailedPreStopHook and logs nothing) and sends SIGTERM: no preStop wait,
+// the gate closed only then. next's answer stands: the hook is not served
+// here, where no secret guards it.
+func (s *Server) misdirectedHook(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.UserAgent(), "kube-lifecycle/") && !servesHook(next) && s.misdirected.CompareAndSwap(false, true) {
+			s.log.Error("drain: the kubelet's preStop hook came to the server's own address, where nothing serves GET "+hookPath+": "+
+				"the drain never hears of it (no preStop wait; the kubelet takes any answer for the hook's end, records no failure and sends SIGTERM); "+
+				"the hook is served on "+EnvHookListen+": give the manifest's lifecycle.preStop.httpGet its port "+
+				"(and host: 127.0.0.1 where it is loopback, or use the exec hook drainhook)",
+				"hook", s.hook, "user_agent", r.UserAgent())
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// servesHook reports whether h, srv's handler, serves GET /drain itself:
+// an *http.ServeMux with a pattern for it (a catch-all "/" is not one).
+// Behind another Handler it cannot tell, and says it does.
+func servesHook(h http.Handler) bool {
+	mux, ok := h.(*http.ServeMux)
+	if !ok {
+		return true
+	}
+	_, pattern := mux.Handler(&http.Request{Method: http.MethodGet, URL: &url.URL{Path: hookPath}, Host: "localhost"})
+	return strings.HasSuffix(pattern, hookPath)
 }
 
 // ownReadiness is the handler of GET /readyz that the ServeMux h has, or
@@ -660,6 +701,6 @@ func listenAddr(srv *http.Server) string {
 func (s *Server) hookHandler() http.Handler {
 	mux := http.NewServeMux()
 	guard := &HookGuard{Secret: s.secret, Logger: s.log}
-	mux.Handle("GET /drain", guard.Wrap(s.d.PreStop()))
+	mux.Handle("GET "+hookPath, guard.Wrap(s.d.PreStop()))
 	return mux
 }

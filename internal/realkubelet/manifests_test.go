@@ -85,6 +85,26 @@ func readmeManifest(t *testing.T, api *apiPods) {
 		rep, _ := api.runREADMEPod(t, pod)
 		require.NotNil(t, rep.PreStop, "drainhook reached the drain at DRAINKIT_HOOK_LISTEN with DRAINKIT_HOOK_SECRET, both from the container's environment")
 	})
+	// A manifest whose httpGet hook names the server's own port, the
+	// readiness probe's, where the hook's (DRAINKIT_HOOK_LISTEN) was
+	// meant: the kubelet's GET /drain gets the server's 404, which it
+	// takes for the hook's end (it checks no status: no FailedPreStopHook,
+	// no line in its log), it sends SIGTERM at once, and the drain starts
+	// there with no preStop wait. Nothing said so, the server's log
+	// neither (docs/faults.md row 3521); it now names the hook's address.
+	t.Run("httpGet hook on the server's own port: said in its log", func(t *testing.T) {
+		pod := readmePod(t, api, "readme-ownport", hookSecret)
+		c := &pod.Spec.Containers[0]
+		c.Lifecycle.PreStop.HTTPGet.Host = api.nodeAddress(t)
+		c.Lifecycle.PreStop.HTTPGet.Port = c.ReadinessProbe.HTTPGet.Port
+		var log string
+		rep, hooks := api.runManifestPod(t, pod, readmeRun(api, pod, &log))
+		assert.Nil(t, rep.PreStop, "the hook reached the drain")
+		assert.Equal(t, rep.Budget.Start, rep.Budget.SIGTERM, "T0 is SIGTERM")
+		assert.Empty(t, hooks, "the kubelet took the server's 404 for the hook's end: nothing in its log")
+		assert.Contains(t, log, "the kubelet's preStop hook came to the server's own address")
+		assert.Contains(t, log, drain.EnvHookListen)
+	})
 	// What the README says of a pod with hostNetwork: true. The kubelet
 	// v1.34.4 takes an httpGet hook's host, when none is given, from the
 	// runtime's pod sandbox status, which has no address for a pod on the
@@ -250,16 +270,25 @@ type manifestRun struct {
 	// ready, when not nil, runs once the pod is ready, before its
 	// deletion: what the server needs then (its sandboxes created).
 	ready func(t *testing.T)
+	// log, when not nil, receives the pod's log as it stood at its end.
+	log *string
 }
 
 // runREADMEPod is runManifestPod for a pod of the README's manifest.
 func (a *apiPods) runREADMEPod(t *testing.T, pod *corev1.Pod) (*drain.Report, []string) {
 	t.Helper()
-	return a.runManifestPod(t, pod, manifestRun{
+	return a.runManifestPod(t, pod, readmeRun(a, pod, nil))
+}
+
+// readmeRun is the manifestRun of a pod of the README's manifest; its
+// server's log goes to log when it is not nil.
+func readmeRun(a *apiPods, pod *corev1.Pod, log *string) manifestRun {
+	return manifestRun{
 		process:   "/report-" + pod.Name + ".json",
 		report:    filepath.Join(a.node.Dir, "state-"+pod.Name, "report-"+pod.Name+".json"),
 		sandboxes: readmeSandboxes,
-	})
+		log:       log,
+	}
 }
 
 // runManifestPod creates pod, a user's manifest as this node runs it,
@@ -294,6 +323,9 @@ func (a *apiPods) runManifestPod(t *testing.T, pod *corev1.Pod, m manifestRun) (
 	deleted := a.remove(t, name, manifestGrace)
 	died, err := w.Wait(manifestGrace*time.Second + time.Minute)
 	log := a.node.PodLog(name) // at once: the kubelet removes a deleted pod's logs
+	if m.log != nil {
+		*m.log = log
+	}
 	require.NoError(t, err, "pod log:\n%s", log)
 	var hooks []string
 	for _, line := range a.node.KubeletLog("PreStop hook failed", "lifecycle hook for Container in Pod failed") {

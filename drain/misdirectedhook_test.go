@@ -1,0 +1,76 @@
+package drain
+
+import (
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/freeport"
+)
+
+// Fault (the user's first hour): a manifest whose preStop httpGet names
+// the server's own port (the readiness probe's, 8080) instead of the
+// hook's (DRAINKIT_HOOK_LISTEN, 8082) is a preStop that never reaches the
+// drain: the kubelet's GET /drain gets srv's 404, which the kubelet takes
+// for the hook's end (v1.34 checks no status: no FailedPreStopHook, no
+// line in its log), it sends SIGTERM, and the drain runs with no preStop
+// wait, its gate closing only then. Nothing, the server's log included,
+// said so. The server's log now says, at Error, that
+// the kubelet's hook came to srv's address and where the hook is served;
+// srv's own answer is left as it was.
+//
+//	GET /readyz on srv      200: the server serves
+//	GET /drain on srv       the kubelet's hook (User-Agent kube-lifecycle/1.34): srv's 404,
+//	                        and the log names DRAINKIT_HOOK_LISTEN and its address
+//	SIGTERM                 drains, anchored by SIGTERM; exit 0
+//
+// Real process: this test binary, re-executed, runs NewServer and Run.
+func TestTheKubeletsHookOnTheServersOwnPortIsSaid(t *testing.T) {
+	hook, err := freeport.Addr()
+	require.NoError(t, err)
+	cmd, addr, stderr := oneCallProcess(t, EnvHookListen+"="+hook)
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 20*time.Second, 10*time.Millisecond, "the server did not start: %s", stderr)
+
+	kubeletsHook := func() int {
+		req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/drain", nil)
+		require.NoError(t, err)
+		req.Header.Set("User-Agent", "kube-lifecycle/1.34") // the kubelet's httpGet hook
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusNotFound, kubeletsHook(), "srv's own answer")
+	said := func() bool {
+		return strings.Contains(stderr.String(), "the kubelet's preStop hook came to the server's own address")
+	}
+	assert.Eventually(t, said, 5*time.Second, 10*time.Millisecond, "the log says nothing of the hook:\n%s", stderr)
+	assert.Contains(t, stderr.String(), EnvHookListen)
+	assert.Contains(t, stderr.String(), hook)
+	assert.Equal(t, http.StatusNotFound, kubeletsHook(), "a restarted kubelet's call again")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "SIGTERM drained: exit 0\n%s", stderr)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("SIGTERM did not end the server:\n%s", stderr)
+	}
+	assert.Equal(t, 1, strings.Count(stderr.String(), "the kubelet's preStop hook came to the server's own address"), "said once")
+}
