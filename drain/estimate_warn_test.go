@@ -3,6 +3,7 @@ package drain
 import (
 	"log/slog"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -134,4 +135,42 @@ func TestHungPreservesAreNotBlamedOnTheEstimate(t *testing.T) {
 		assert.Contains(t, logs.String(), `level=WARN msg="drain: preserves hung: they ignored their context and held their slots until the Preserver gave up on them" hung=8`)
 		time.Sleep(time.Hour) // the hung Preserves return (HangFor) before the bubble ends
 	})
+}
+
+// The plan's line at SIGTERM without a preStop call said running=0 with
+// 20 sandboxes running (a review of the README's manifest under the real
+// kubelet: "preserve.reserve=8s ... running=0", 3 running): no count had
+// been made yet, the gate phase makes it after the line, and 0 read as a
+// node with nothing to preserve. The line now says that no count was made
+// and that the preserve reserve is one round until the gate phase counts.
+//
+//	0 s   SIGTERM, no preStop call: grace 30 s, 20 sandboxes of 1 s, limit 4
+//	      "drain: SIGTERM: plan" ... count="none yet: ..." (no running=0)
+//	      the gate phase counts 20; 20/20 preserved
+func TestPlanLineAtSIGTERMWithoutAPreStopCallSaysNothingWasCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, latency: time.Second, limit: 4, sandboxes: 20,
+			edit: func(c *Config) {
+				c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			}})
+		rep := f.d.ServeSignals(t.Context(), sigterm())
+		require.NoError(t, rep.Err())
+		assert.Equal(t, 20, rep.Preserve.Counts[pause.Preserved])
+		line := lineOf(t, logs.String(), `msg="drain: SIGTERM: plan"`)
+		assert.NotContains(t, line, "running=0", "20 run")
+		assert.Contains(t, line, `count="none yet: the preserve phase's reserve is one round until the gate phase counts"`)
+	})
+}
+
+// lineOf returns the line of logs that contains s.
+func lineOf(t *testing.T, logs, s string) string {
+	t.Helper()
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+	t.Fatalf("no line has %s:\n%s", s, logs)
+	return ""
 }

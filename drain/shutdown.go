@@ -258,6 +258,10 @@ func (d *Drainer) recordOutcomes(ctx context.Context, rep *Report) {
 // counted and the preserve phase left no account of (Report.Unaccounted).
 const outcomeUnaccounted = "unaccounted"
 
+// msgNoCountYet is the plan line's count before any: the reserve counts
+// one preserve (toPreserve) until the gate phase lists the sandboxes.
+const msgNoCountYet = "none yet: the preserve phase's reserve is one round until the gate phase counts"
+
 // msgDoesNotFit is the warning that the phases' reserves do not fit in the
 // time left: at SIGTERM, or once the gate phase has counted.
 const msgDoesNotFit = "drain: the work does not fit in the time left; phases share it"
@@ -273,7 +277,12 @@ func (d *Drainer) logPlan(ctx context.Context) (warned bool) {
 		attrs = append(attrs, slog.Group(w.Name, "deadline", w.Deadline, "reserve", w.Reserve, "short", w.Short))
 	}
 	st := d.budget.State()
-	attrs = append(attrs, "kill", st.Kill, "deadline", st.Deadline, "running", d.Running())
+	attrs = append(attrs, "kill", st.Kill, "deadline", st.Deadline)
+	if d.counted.Load() {
+		attrs = append(attrs, "running", d.Running())
+	} else { // no preStop call, or its listing never returned: 0 would read as nothing to preserve
+		attrs = append(attrs, "count", msgNoCountYet)
+	}
 	if d.pod != nil {
 		// The plan stands on the budget alone. A static pod's mirror pod
 		// not made at start is the read at SIGTERM's to find (sayPodIdentity
