@@ -74,3 +74,52 @@ func TestTheKubeletsHookOnTheServersOwnPortIsSaid(t *testing.T) {
 	}
 	assert.Equal(t, 1, strings.Count(stderr.String(), "the kubelet's preStop hook came to the server's own address"), "said once")
 }
+
+// Fault (the user's first hour): a manifest whose httpGet hook has the
+// hook's port but another path (/prestop, /drain/, /preStop) got the hook
+// listener's 404, which the kubelet takes for the hook's end, as above:
+// SIGTERM at once, no preStop wait, and no line anywhere. The server's log
+// now says, at Error, the path that came and the one the hook is.
+//
+//	GET /prestop on the hook's address   the kubelet's hook: 404, and the log names GET /drain
+//	SIGTERM                              drains, anchored by SIGTERM; exit 0
+//
+// Real process: this test binary, re-executed, runs NewServer and Run.
+func TestTheKubeletsHookAtAnotherPathIsSaid(t *testing.T) {
+	hook, err := freeport.Addr()
+	require.NoError(t, err)
+	cmd, addr, stderr := oneCallProcess(t, EnvHookListen+"="+hook)
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 20*time.Second, 10*time.Millisecond, "the server did not start: %s", stderr)
+
+	req, err := http.NewRequest(http.MethodGet, "http://"+hook+"/prestop", nil)
+	require.NoError(t, err)
+	req.Header.Set("User-Agent", "kube-lifecycle/1.34") // the kubelet's httpGet hook
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	said := func() bool {
+		return strings.Contains(stderr.String(), "the kubelet's preStop hook came to the hook's address at another path")
+	}
+	assert.Eventually(t, said, 5*time.Second, 10*time.Millisecond, "the log says nothing of the hook:\n%s", stderr)
+	assert.Contains(t, stderr.String(), "path=/prestop")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "SIGTERM drained: exit 0\n%s", stderr)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("SIGTERM did not end the server:\n%s", stderr)
+	}
+}

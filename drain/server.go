@@ -150,7 +150,7 @@ type Server struct {
 	log    *slog.Logger
 	ready  *http.ServeMux // srv.Handler as NewServer (or Run) wrapped it: GET /readyz in front
 	// misdirected is set once the log said that the kubelet's preStop
-	// hook came to srv's address (misdirectedHook): once is enough.
+	// hook missed the drain (misdirectedHook, notTheHook): once is enough.
 	misdirected atomic.Bool
 
 	// listening receives the two listeners' addresses once Run serves:
@@ -402,7 +402,7 @@ const hookPath = "/drain"
 // here, where no secret guards it.
 func (s *Server) misdirectedHook(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.UserAgent(), "kube-lifecycle/") && !servesHook(next) && s.misdirected.CompareAndSwap(false, true) {
+		if kubeletsHook(r) && !servesHook(next) && s.misdirected.CompareAndSwap(false, true) {
 			s.log.Error("drain: the kubelet's preStop hook came to the server's own address, where nothing serves GET "+hookPath+": "+
 				"the drain never hears of it (no preStop wait; the kubelet takes any answer for the hook's end, records no failure and sends SIGTERM); "+
 				"the hook is served on "+EnvHookListen+": give the manifest's lifecycle.preStop.httpGet its port "+
@@ -411,6 +411,13 @@ func (s *Server) misdirectedHook(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// kubeletsHook reports whether r is the kubelet's lifecycle httpGet hook,
+// by its User-Agent (kube-lifecycle/VERSION; the kubelet's probes are
+// kube-probe/).
+func kubeletsHook(r *http.Request) bool {
+	return strings.HasPrefix(r.UserAgent(), "kube-lifecycle/")
 }
 
 // servesHook reports whether h, srv's handler, serves GET /drain itself:
@@ -697,10 +704,28 @@ func listenAddr(srv *http.Server) string {
 	return ":http"
 }
 
-// hookHandler is GET /drain, guarded.
+// hookHandler is GET /drain, guarded, and 404 for the rest (notTheHook).
 func (s *Server) hookHandler() http.Handler {
 	mux := http.NewServeMux()
 	guard := &HookGuard{Secret: s.secret, Logger: s.log}
 	mux.Handle("GET "+hookPath, guard.Wrap(s.d.PreStop()))
+	mux.Handle("/", s.notTheHook())
 	return mux
+}
+
+// notTheHook answers 404 on the hook's address for all but GET /drain,
+// and says at Error, once, when the kubelet's httpGet hook came (its path
+// in the manifest not /drain): the kubelet takes the 404 for the hook's
+// end, with no event and no line in its log, and sends SIGTERM, and the
+// drain never hears of the hook.
+func (s *Server) notTheHook() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if kubeletsHook(r) && s.misdirected.CompareAndSwap(false, true) {
+			s.log.Error("drain: the kubelet's preStop hook came to the hook's address at another path: the drain never hears of it "+
+				"(no preStop wait; the kubelet takes the 404 for the hook's end, records no failure and sends SIGTERM); "+
+				"the hook is GET "+hookPath+": give the manifest's lifecycle.preStop.httpGet that path",
+				"method", r.Method, "path", r.URL.Path, "hook", s.hook)
+		}
+		http.NotFound(w, r)
+	})
 }

@@ -105,6 +105,19 @@ func readmeManifest(t *testing.T, api *apiPods) {
 		assert.Contains(t, log, "the kubelet's preStop hook came to the server's own address")
 		assert.Contains(t, log, drain.EnvHookListen)
 	})
+	// The hook's port with another path: the hook listener's 404, the same
+	// silence (row 3523).
+	t.Run("httpGet hook at another path: said in its log", func(t *testing.T) {
+		pod := readmePod(t, api, "readme-path", hookSecret)
+		get := pod.Spec.Containers[0].Lifecycle.PreStop.HTTPGet
+		get.Host, get.Path = api.nodeAddress(t), "/prestop"
+		var log string
+		rep, hooks := api.runManifestPod(t, pod, readmeRun(api, pod, &log))
+		assert.Nil(t, rep.PreStop, "the hook reached the drain")
+		assert.Empty(t, hooks, "the kubelet took the 404 for the hook's end: nothing in its log")
+		assert.Contains(t, log, "the kubelet's preStop hook came to the hook's address at another path")
+		assert.Contains(t, log, "path=/prestop")
+	})
 	// What the README says of a pod with hostNetwork: true. The kubelet
 	// v1.34.4 takes an httpGet hook's host, when none is given, from the
 	// runtime's pod sandbox status, which has no address for a pod on the
