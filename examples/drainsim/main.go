@@ -161,6 +161,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-concurrency %d is negative (0 adapts)", o.Concurrency)
 	case o.Runtime != "fake" && o.Runtime != "runsc":
 		return o, fmt.Errorf("-runtime %q: want fake or runsc", o.Runtime)
+	case o.Runtime == "runsc" && os.Geteuid() != 0: // else sandboxd's words for its tests, as a server that exited at start
+		return o, errors.New("-runtime runsc needs root: runsc's gVisor sandboxes need it; run drainsim as root (sudo), or leave -runtime out for the fake runtime")
 	case o.PauseShare < 0:
 		return o, fmt.Errorf("-pause-share %d is negative (0: no sharing)", o.PauseShare)
 	case o.PauseShare > 0 && o.Runtime != "fake":

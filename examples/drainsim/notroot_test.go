@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -56,4 +57,22 @@ func TestARunNotAsRootSaysItsServersAreNotContainedAsInAPod(t *testing.T) {
 	} {
 		assert.Contains(t, intro.String(), said)
 	}
+}
+
+// Fault: `drainsim -runtime runsc` run by a user who is not root failed
+// with sandboxd's error for its tests, "runsc sandboxes need root (run the
+// tests as root)", as a server that exited at start (exit 1): no test was
+// run, and the flag is drainsim's. It is now refused as the flag it is,
+// before any server starts, naming the flag and what to do (exit 2).
+func TestRunscNotAsRootIsRefusedAsTheFlag(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "root, to run drainsim as nobody")
+	}
+	cmd := proctest.AsNobody(t, []string{"-test.run=^$", "-runtime", "runsc"}, roleEnv+"="+roleMain, "GORACE=atexit_sleep_ms=0")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	assert.Equal(t, 2, exit.ExitCode(), "%s", out)
+	assert.Contains(t, string(out), "drainsim: -runtime runsc needs root: runsc's gVisor sandboxes need it; run drainsim as root")
+	assert.NotContains(t, string(out), "run the tests as root")
 }
