@@ -406,7 +406,8 @@ func (s *Server) misdirectedHook(next http.Handler) http.Handler {
 			s.log.Error("drain: the kubelet's preStop hook came to the server's own address, where nothing serves GET "+hookPath+": "+
 				"the drain never hears of it (no preStop wait; the kubelet takes any answer for the hook's end, records no failure and sends SIGTERM); "+
 				"the hook is served on "+EnvHookListen+": give the manifest's lifecycle.preStop.httpGet its port "+
-				"(and host: 127.0.0.1 where it is loopback, or use the exec hook drainhook)",
+				"(a loopback hook an httpGet reaches only on the node's network, with host: 127.0.0.1; on a pod network set "+
+				EnvHookListen+" to [$(POD_IP)]:PORT with "+EnvHookSecret+", or use the exec hook drainhook)",
 				"hook", s.hook, "user_agent", r.UserAgent())
 		}
 		next.ServeHTTP(w, r)
