@@ -154,7 +154,14 @@ func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before fu
 		// whose mountinfo could be read: marked before, a read that failed
 		// (EMFILE for a moment, the process exiting) lost every mount of
 		// that namespace for the scan, a file system on the disk with them.
-		err := mountHolders(filepath.Join(dir, "mountinfo"), want, func(dev DevNum, mp string) { add(dev, Mount, mp) })
+		mounts, err := boundedMountHolders(ctx, filepath.Join(dir, "mountinfo"), want)
+		if ended(ctx) != nil { // its namespace's mounts not all read: not known
+			mountsNotRead(out, devs, seenNS, unreadNS)
+			return out, &CutError{Unread: pids[i:], Total: len(pids), Err: ended(ctx)}
+		}
+		for _, m := range mounts {
+			add(m.dev, Mount, m.detail)
+		}
 		seenNS[ns] = ns != "" && err == nil
 		key := ns
 		if key == "" { // its namespace not known: its own mounts
@@ -840,10 +847,46 @@ func nextField(b []byte) (field, rest []byte) {
 	return b, nil
 }
 
+// boundedMountHolders is mountHolders not waited for past ctx's
+// deadline, by the clock as the scan's other reads (ended): a mount
+// namespace so large that its mountinfo takes longer to read than the
+// stage has (tens of thousands of mounts, a propagation storm), or a read
+// that waits in the kernel (for the namespace's lock, which a mount
+// stuck on a hung file system holds), held the scan, and the ublk step's
+// stage with it, until the read ended (docs/faults.md row 3400). A read
+// given up goes on in a goroutine of its own to its end, its result
+// dropped. Without a deadline it is waited for, as before. Its error is
+// ctx's, by ended, when the read did not end in time.
+func boundedMountHolders(ctx context.Context, mountinfo string, want map[DevNum]bool) ([]holding, error) {
+	type result struct {
+		hits []holding
+		err  error
+	}
+	read := func() (r result) {
+		r.err = mountHolders(ctx, mountinfo, want, func(dev DevNum, mp string) { r.hits = append(r.hits, holding{dev, mp}) })
+		return r
+	}
+	end, ok := ctx.Deadline()
+	if !ok {
+		r := read()
+		return r.hits, r.err
+	}
+	r, done, _ := within(ctx, time.Until(end), read)
+	if !done {
+		return nil, ended(ctx)
+	}
+	return r.hits, r.err
+}
+
+// mountLinesBetweenChecks is how many lines of a mountinfo mountHolders
+// reads between two looks at its context: a line costs microseconds.
+const mountLinesBetweenChecks = 256
+
 // mountHolders calls found with the mount points whose file system is on
 // a wanted device, and returns an error when mountinfo could not be read
-// to its end (found was called for what was read before it).
-func mountHolders(mountinfo string, want map[DevNum]bool, found func(DevNum, string)) error {
+// to its end (found was called for what was read before it): ctx's end
+// (ended, looked at every mountLinesBetweenChecks lines) is one.
+func mountHolders(ctx context.Context, mountinfo string, want map[DevNum]bool, found func(DevNum, string)) error {
 	f, err := os.Open(mountinfo)
 	if err != nil {
 		return err
@@ -851,7 +894,12 @@ func mountHolders(mountinfo string, want map[DevNum]bool, found func(DevNum, str
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
+	for n := 1; sc.Scan(); n++ {
+		if n%mountLinesBetweenChecks == 0 {
+			if err := ended(ctx); err != nil {
+				return err
+			}
+		}
 		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 5 {
