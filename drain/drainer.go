@@ -57,6 +57,10 @@ type Preserver interface {
 	// that also has the method Tighten(hard time.Time) bool, as
 	// *pause.Preserver, is told a hard deadline the budget moved earlier
 	// during the phase; ctx is then cancelled at the phase's new deadline.
+	// One that is not told (no Tighten, or one that panics) learns of the
+	// move from ctx alone, and is abandoned shortly after the moved hard
+	// deadline, not the one it was called with: the critical steps after
+	// the phase keep their reserves before the new SIGKILL.
 	// A Run the phase calls after such a move (again, for the sandboxes the
 	// creates in flight at the gate started) is given the moved deadlines,
 	// as ctx's Deadline and hard.

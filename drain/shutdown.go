@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -641,7 +642,7 @@ func (d *Drainer) preserveIn(ctx context.Context, w deadline.Window, p *PhaseRep
 	run := func() (*pause.Report, error) {
 		// bounded.Call waits for the Preserver until the hard deadline, not
 		// the phase deadline: in-flight preserves may finish until then.
-		hctx, hcancel := context.WithDeadline(context.WithoutCancel(ctx), ends.get().hard)
+		hctx, hcancel := hardContext(ctx, ends)
 		defer hcancel()
 		return bounded.Call(hctx, returnSlack, func(context.Context) (*pause.Report, error) {
 			e := ends.get()
@@ -668,6 +669,37 @@ func (d *Drainer) preserveIn(ctx context.Context, w deadline.Window, p *PhaseRep
 		inflight, err = d.preserveAfterInFlight(ctx, pr, run)
 	}
 	return pr, inflight, err
+}
+
+// hardContext returns a context, not cancelled with ctx (the preserve
+// phase's), that ends at the phase's hard deadline as ends has it: the
+// window's, or, once ctx has ended, the earlier one a budget that moved
+// SIGKILL earlier gave it (followBudget moves ends before ctx ends). A
+// Preserver with no Tighten cannot be told the move, and its in-flight
+// preserves may keep the hard deadline it was called with, as Run's
+// contract lets them: waited for until then, the drain held the critical
+// steps after it (ublk's teardown) past the new SIGKILL (docs/faults.md
+// row 3402).
+func hardContext(ctx context.Context, ends *preserveEnds) (context.Context, context.CancelFunc) {
+	hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), ends.get().hard)
+	hctx, cut := context.WithCancelCause(hctx)
+	var mu sync.Mutex
+	var moved *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		moved = time.AfterFunc(time.Until(ends.get().hard), func() { cut(errBudgetMoved) })
+	})
+	return hctx, func() {
+		stop()
+		mu.Lock()
+		if moved != nil {
+			moved.Stop()
+		}
+		mu.Unlock()
+		cut(context.Canceled)
+		cancel()
+	}
 }
 
 // reportedHard is a PhaseReport's Hard for window w: zero where it is the
