@@ -3,7 +3,6 @@
 package ublk
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,9 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
-	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/realpart"
 )
 
@@ -89,27 +86,19 @@ func TestWhosePassTellsTheDaemonsOwnDevicesFirstAndOnce(t *testing.T) {
 // the devices' IDs.
 func manyServed(t *testing.T, n int, other bool) (*fixture, []int) {
 	t.Helper()
-	f := &fixture{proc: t.TempDir()}
-	tree, err := fakeublk.NewTree(t.TempDir())
-	require.NoError(t, err)
-	f.tree = tree
-	nodes := t.TempDir()
-	node := func(id int) string {
-		minor := uint32(os.Getpid()*64+id) % (1 << 20)
-		require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: id, Major: 4000, Minor: uint32(id), CharMajor: 4086, CharMinor: minor}))
-		p := filepath.Join(nodes, fmt.Sprintf("ublkc%d", id))
-		require.NoError(t, unix.Mknod(p, unix.S_IFCHR|0o600, int(unix.Mkdev(4086, minor))))
-		return p
-	}
-	fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
-	fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", "")
+	f := newFixture(t)
 	var ids []int
 	for id := range n {
-		require.NoError(t, os.Symlink(node(id), filepath.Join(f.proc, "4242", "fd", strconv.Itoa(3+id))))
+		var procs []fakeProc // the step's process and the daemon's, made with the first device
+		if id == 0 {
+			procs = stepAndDaemon
+		}
+		_, node := makeServed(t, f, servedChar{id: id, charMajor: 4086, salt: 64 + id, inSysfs: true, procs: procs})
+		require.NoError(t, os.Symlink(node, filepath.Join(f.proc, "4242", "fd", strconv.Itoa(3+id))))
 		ids = append(ids, id)
 	}
 	if other {
-		fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node(n))
+		makeServed(t, f, servedChar{id: n, charMajor: 4086, salt: 64 + n, inSysfs: true, procs: []fakeProc{{"77", "podB", true}}})
 		ids = append(ids, n)
 	}
 	for pid := 1000; pid < 3000; pid++ {
