@@ -254,11 +254,32 @@ type listAnswer struct {
 // listInto calls the Lister, leaves its answer in calls and wakes the Run
 // goroutine, which takes it (listOnce) or, if the listing is over, never
 // looks at it.
+//
+// A Lister that ends the goroutine (runtime.Goexit: t.FailNow in a test's
+// Lister, a library that calls it) gives errListerExited as it goes,
+// with the stack logged at Error: a failed listing, retried as a
+// panicking Lister's is. With its answer and the wake left to the
+// goroutine's normal end, the listing waited for the call made beside
+// it, or for the phase deadline, and with no deadline for ever
+// (docs/faults.md row 3500).
 func (r *run) listInto(calls *listCalls, second bool) {
-	list, err := r.callList()
-	calls.give(listAnswer{list, err, second})
-	r.poke()
+	a := listAnswer{err: errListerExited, second: second}
+	returned := false
+	defer func() {
+		if !returned { // runtime.Goexit: callList recovered any panic
+			r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: Lister called runtime.Goexit",
+				slog.String("error", a.err.Error()), slog.String("stack", string(debug.Stack())))
+		}
+		calls.give(a)
+		r.poke()
+	}()
+	a.list, a.err = r.callList()
+	returned = true
 }
+
+// errListerExited is the listing error of a call whose Lister ended its
+// goroutine instead of returning (listInto).
+var errListerExited = errors.New("pause: Lister called runtime.Goexit (t.FailNow in a test's Lister?) instead of returning; the listing failed")
 
 // listHedgeShare is the share of the time left to the phase deadline, as
 // a divisor, that a listing is waited for before a second call is made

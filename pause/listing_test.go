@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -777,4 +778,47 @@ func TestATightenBoundsTheListingOfARunGivenNoDeadline(t *testing.T) {
 		assert.Equal(t, start.Add(10*time.Second), rep.Hard)
 		time.Sleep(time.Hour) // the listing returns
 	})
+}
+
+// A Lister that ends its goroutine (runtime.Goexit: t.FailNow in a test's
+// Lister, a library that does) has failed its listing, as one that panics
+// has: the Run retries it, and the Report and an Error line say why. Its
+// call never answered: the Run waited for the second call made beside it,
+// at half the time left to the phase deadline, or, every call ending so,
+// to the deadline itself (to the end of time with none).
+//
+//	2 x 1 s, a minute's phase, 1 s between listings; the first call exits
+//	before: listed at 30 s (the call beside it), 2 preserved by 31 s
+//	now:    listed again at 1 s, 2 preserved by 2 s
+//	every call exits: before, abandoned at 60 s; now "runtime.Goexit" in ListErr
+func TestAListerThatEndsItsGoroutineFailsItsListing(t *testing.T) {
+	for _, hard := range []time.Duration{0, 70 * time.Second} {
+		synctest.Test(t, func(t *testing.T) {
+			node := fakesandbox.NewNode()
+			node.AddN("sb", 2, time.Second)
+			calls := 0
+			var logs bytes.Buffer
+			p, err := pause.New(pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+				if calls++; calls == 1 {
+					runtime.Goexit()
+				}
+				return node.List(ctx)
+			}), pause.Config{BackOff: constant(time.Second), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			require.NoError(t, err)
+			rep, took := runFor(t, p, time.Minute, hard)
+			assert.Equal(t, 2, rep.Counts[pause.Preserved], "hard %v", hard)
+			assert.NoError(t, rep.Err())
+			assert.Equal(t, 2*time.Second, took, "listed again after the backoff's second")
+			assert.Contains(t, logs.String(), "runtime.Goexit")
+
+			p, err = pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+				runtime.Goexit()
+				return nil, nil
+			}), pause.Config{BackOff: constant(time.Second)})
+			require.NoError(t, err)
+			rep, _ = runFor(t, p, time.Minute, hard)
+			assert.True(t, rep.Unknown)
+			assert.Contains(t, rep.ListErr, "runtime.Goexit")
+		})
+	}
 }
