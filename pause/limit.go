@@ -170,12 +170,34 @@ func (r *run) bestThroughput() slog.Attr {
 
 // poke wakes the Run goroutine (see run.wake): the dispatcher waiting for
 // room below the limit or for a worker to end, a pass waiting for its
-// preserves, a listing waiting for its answer after a Tighten.
+// preserves, a listing waiting for its answer after a Tighten. What the
+// caller wrote before it is seen by the Run goroutine once woken.
+//
+// A poke that finds a wake pending sends none: the Run goroutine, woken by
+// that one, looks after both. Pending is a mark the poke sets and woken
+// clears, each an atomic read-modify-write, so a poke that finds it set
+// is ordered before the clear, and so before the Run goroutine's look.
+// Where a send that failed on a full channel said so, it was not: a
+// failed send is no synchronization under the Go memory model (the
+// runtime reads the channel's count for it without a lock, a load arm64
+// may perform before the poker's own update is seen), and the Run
+// goroutine could take the wake, look before the update and wait again,
+// with no wake to come (docs/faults.md row 3501).
 func (r *run) poke() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
+	if r.marks.Or(wakePending)&wakePending != 0 {
+		return
 	}
+	select {
+	case r.wake <- struct{}{}: // empty: the wake sent before was taken, then the mark cleared
+	default: // never: no poke blocks a worker or Tighten
+	}
+}
+
+// woken clears the pending wake (poke). The Run goroutine calls it as soon
+// as it has taken a wake from run.wake, before it looks at what it waits
+// for: a poke from then on sends a wake of its own.
+func (r *run) woken() {
+	r.marks.And(^wakePending)
 }
 
 // admitWorker reports whether the dispatcher may start one more worker,

@@ -161,6 +161,7 @@ func (r *run) listOnce() ([]Sandbox, error) {
 		}
 		select {
 		case <-r.wake:
+			r.woken()
 			// An answer (taken above), or a Tighten that moved the phase
 			// deadline: the second call comes at half the time left as it
 			// stands (docs/faults.md row 1332). A wake for another (the last

@@ -257,6 +257,7 @@ func (ps *pass) unclaimed() bool {
 func (r *run) waitRoom(ps *pass) bool {
 	select {
 	case <-r.wake:
+		r.woken()
 		return true
 	case <-r.ctx.Done():
 		ps.close()
@@ -314,6 +315,7 @@ func (r *run) await(ps *pass) {
 		}
 		select {
 		case <-r.wake:
+			r.woken()
 		case <-w.timerC:
 			w.timerC, w.ended = nil, r.work.Done()
 		case <-w.ended:

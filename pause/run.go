@@ -87,7 +87,7 @@ type run struct {
 	// (poke). One channel for all, where each had its own (a channel is an
 	// allocation of a Run): the Run goroutine waits for one thing at a
 	// time, and re-reads what it waits for when woken, so a wake meant for
-	// another is only a look.
+	// another is only a look. Every wake taken is followed by woken.
 	wake chan struct{}
 	// calls is where the calls of a listing whose every call answered left
 	// their answers, emptied: the next listing's (listOnce), which makes
@@ -125,26 +125,29 @@ type run struct {
 	progress   *time.Timer // logs progress; nil when off
 	progressMu sync.Mutex  // held while a progress line is logged
 
-	// logged holds the panics logged once per Run (loggedClassifier,
-	// loggedHint): one word, not an atomic.Bool (four bytes) each, leaves
-	// retrying its room in the run's size class.
-	logged atomic.Uint32
+	// marks holds the panics logged once per Run (loggedClassifier,
+	// loggedHint) and whether a wake is pending (wakePending, see poke):
+	// one word, not an atomic.Bool (four bytes) each, leaves retrying its
+	// room in the run's size class.
+	marks atomic.Uint32
 	// retrying counts, for the progress line, the sandboxes that failed an
 	// attempt and are waiting for, or making, a retry; kept only when a
 	// line can be logged, as the counts above.
 	retrying atomic.Int32
 }
 
-// The panics a Run logs once (run.logged).
+// The marks of a Run (run.marks): the panics it logs once, and a wake
+// pending.
 const (
 	loggedClassifier uint32 = 1 << iota // Config.Permanent panicked
 	loggedHint                          // an error's RetryAt or WaitRetry panicked
+	wakePending                         // a poke sent a wake the Run goroutine has not taken (poke, woken)
 )
 
 // firstLog reports whether the panic of kind was not logged yet in this
 // Run, and marks it logged.
 func (r *run) firstLog(kind uint32) bool {
-	return r.logged.Or(kind)&kind == 0
+	return r.marks.Or(kind)&kind == 0
 }
 
 // newRun makes the state of a Run called with ctx and hard and registers
