@@ -17,16 +17,30 @@ type idSet struct {
 
 func (s *idSet) len() int { return s.n }
 
-// reset empties s and sizes it for n IDs: at most two thirds full.
+// reset empties s and sizes it for n IDs: at most two thirds full. A
+// table large enough already (one the Run before left, runSpare) is
+// cleared and used again.
 func (s *idSet) reset(n int) {
 	if s.slots == nil {
 		s.seed = maphash.MakeSeed()
 	}
+	if size := tableSize(n); cap(s.slots) >= size {
+		s.slots = s.slots[:size]
+		clear(s.slots)
+	} else {
+		s.slots = make([]uint64, size)
+	}
+	s.n = 0
+}
+
+// tableSize is the size of a table for n IDs: a power of two, at most two
+// thirds full.
+func tableSize(n int) int {
 	size := 8
 	for 2*size < 3*n {
 		size *= 2
 	}
-	s.slots, s.n = make([]uint64, size), 0
+	return size
 }
 
 // find returns the index of id's entry, reading the IDs from entries.
@@ -99,7 +113,10 @@ func (s *idSet) insert(id string, h uint64, index int, entries []Entry) (int, bo
 // grow doubles the table (or makes it), rehashing the IDs from entries.
 func (s *idSet) grow(entries []Entry) {
 	old := s.slots
-	s.reset(max(s.n+1, len(old)))
+	if old == nil {
+		s.seed = maphash.MakeSeed()
+	}
+	s.slots, s.n = make([]uint64, tableSize(max(s.n+1, len(old)))), 0 // a new table: old is read below
 	mask := uint64(len(s.slots) - 1)
 	for _, v := range old {
 		if v == 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +62,10 @@ type Preserver struct {
 	cold atomic.Bool
 	rate byteRate            // measured time per byte of a Sized sandbox's preserve
 	cur  atomic.Pointer[run] // the Run in progress, for Tighten
+	// spare is what the last Run left for the next to use again (see
+	// runSpare); under spareMu, as Runs may overlap.
+	spareMu sync.Mutex
+	spare   runSpare
 }
 
 // New returns a Preserver over list, configured by cfg (its zero value is
