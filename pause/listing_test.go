@@ -822,3 +822,59 @@ func TestAListerThatEndsItsGoroutineFailsItsListing(t *testing.T) {
 		})
 	}
 }
+
+// What a Run leaves to the next Run of its Preserver (its semaphore, its
+// listing's answers) is left only when nothing the Run left behind can
+// still reach it: a Preserve abandoned at the hard deadline keeps its
+// slot, and a listing's calls that never answered may answer into the
+// next Run's listing. Either taken, the next Run was held or misled.
+//
+//	Limit 1.
+//	0 s   Run A (10 s phase, 20 s hard) lists hung, whose Preserve ignores
+//	      its context: abandoned at 20 s, its slot held
+//	30 s  Run B (10 s phase) lists a: preserved by 31 s in the one slot;
+//	      its listing again ignores its context (and the one beside it):
+//	      abandoned at 40 s, their answers, x, due at 45 and 46 s
+//	40 s  Run C lists b at 50 s: preserved by 51 s; x in no entry
+func TestARunTakesNothingTheRunBeforeLeftInUse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hung := &fakesandbox.Sandbox{Name: "hung", HangFor: time.Hour, Faults: []fakesandbox.Fault{fakesandbox.Hang}}
+		a := &fakesandbox.Sandbox{Name: "a", Latency: time.Second}
+		b := &fakesandbox.Sandbox{Name: "b", Latency: time.Second}
+		x := &fakesandbox.Sandbox{Name: "x", Latency: time.Second}
+		t0 := time.Now()
+		at := func(d time.Duration) { time.Sleep(t0.Add(d).Sub(time.Now())) }
+		calls := 0
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			switch calls++; calls {
+			case 1: // Run A
+				return []pause.Sandbox{hung}, nil
+			case 2: // Run B
+				return []pause.Sandbox{a}, nil
+			case 3, 4: // Run B's listing again, and the call beside it
+				at(44*time.Second + time.Duration(calls)*time.Second)
+				return []pause.Sandbox{x}, nil
+			case 5: // Run C
+				at(50 * time.Second)
+				return []pause.Sandbox{b}, nil
+			}
+			return nil, nil
+		}), pause.Config{Limit: 1})
+		require.NoError(t, err)
+
+		rep, _ := runFor(t, p, 10*time.Second, 20*time.Second)
+		require.Equal(t, 1, rep.Counts[pause.TimedOut], "hung abandoned")
+		at(30 * time.Second)
+		rep, took := runFor(t, p, 10*time.Second, 0)
+		assert.Equal(t, 10*time.Second, took)
+		assert.Equal(t, 1, rep.Counts[pause.Preserved], "a, in the slot hung's worker holds no more")
+		assert.Contains(t, rep.ListErr, "abandoned")
+
+		rep, took = runFor(t, p, time.Minute, 0)
+		assert.Equal(t, 11*time.Second, took, "listed at 50 s, b preserved by 51 s")
+		require.Len(t, rep.Entries, 1, "the calls Run B abandoned answered into no listing of Run C")
+		assert.Equal(t, "b", rep.Entries[0].ID)
+		assert.Equal(t, pause.Preserved, rep.Entries[0].Outcome)
+		time.Sleep(time.Hour) // hung returns
+	})
+}
