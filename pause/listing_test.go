@@ -843,7 +843,7 @@ func TestARunTakesNothingTheRunBeforeLeftInUse(t *testing.T) {
 		b := &fakesandbox.Sandbox{Name: "b", Latency: time.Second}
 		x := &fakesandbox.Sandbox{Name: "x", Latency: time.Second}
 		t0 := time.Now()
-		at := func(d time.Duration) { time.Sleep(t0.Add(d).Sub(time.Now())) }
+		at := func(d time.Duration) { time.Sleep(time.Until(t0.Add(d))) }
 		calls := 0
 		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
 			switch calls++; calls {
