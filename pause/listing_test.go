@@ -844,15 +844,15 @@ func TestARunTakesNothingTheRunBeforeLeftInUse(t *testing.T) {
 		x := &fakesandbox.Sandbox{Name: "x", Latency: time.Second}
 		t0 := time.Now()
 		at := func(d time.Duration) { time.Sleep(time.Until(t0.Add(d))) }
-		calls := 0
+		var calls atomic.Int32 // Run B's calls run side by side
 		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-			switch calls++; calls {
+			switch call := calls.Add(1); call {
 			case 1: // Run A
 				return []pause.Sandbox{hung}, nil
 			case 2: // Run B
 				return []pause.Sandbox{a}, nil
 			case 3, 4: // Run B's listing again, and the call beside it
-				at(44*time.Second + time.Duration(calls)*time.Second)
+				at(44*time.Second + time.Duration(call)*time.Second)
 				return []pause.Sandbox{x}, nil
 			case 5: // Run C
 				at(50 * time.Second)
