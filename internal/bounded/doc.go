@@ -54,6 +54,28 @@
 // frozen process gives up on nothing until it runs again. A second stop
 // that holds both a wait and one inside it through their last stretches
 // ends them at one wake, and the outer one may then miss the inner one's
-// result: no slack orders two waits a stop ends together. (docs/faults.md
-// rows 2861, 2941, 2940, 3020, 3240, 3320.)
+// result: no slack orders two waits a stop ends together.
+//
+// The slack sees its waiter's thread only. The kernel runs each thread of
+// a process when that thread's CPU can: on a loaded node, and after a
+// stop of the whole process (SIGSTOP, a cgroup freeze) when its threads
+// wake together, it can hold the thread that runs the called function
+// while the waiter's runs on time and counts. Measured at load 40 with two
+// threads that wake every millisecond, over 20 stops of 150 ms (about 5 s):
+// one thread was held while the other ran on time for up to 72 ms after a
+// SIGCONT, up to 30 ms after a cgroup v1 thaw, up to 28 ms with no stop at
+// all; a CPU quota (20 ms of every 100 ms) held one thread while the other
+// ran at most 4 ms, the CPU's slice of the quota, as every CPU's runqueue
+// of the cgroup is throttled when the quota runs out and refilled
+// together. A call whose thread is held so, longer than pause's whole
+// 20 ms after a stop, can be abandoned having had less running time than
+// its slack. This is not counted: no wait can know which thread runs the
+// goroutine it waits for, and a stretch that counted the holds of every
+// thread of the process (their scheduler statistics, Linux's alone) would
+// count nothing on a node where some thread of a busy server always waits
+// for a CPU, giving up on every hung call at its wall bound (1.08 s for
+// pause's 20 ms, where the slack is meant). A test whose call must not be
+// abandoned runs its child on one P (GOMAXPROCS=1), so that the thread
+// holding the call holds the wait too. (docs/faults.md rows 2861, 2941,
+// 2940, 3020, 3021, 3240, 3320.)
 package bounded
