@@ -277,9 +277,7 @@ func TestHTTPStepReserveOfAProcessFrozenInItDoesNotCutTheNextOperation(t *testin
 		return
 	}
 	child := proctest.Again(t, frozenReserveChild)
-	child.AwaitStop(t)
-	time.Sleep(reserveFrozen)
-	child.Thaw(t)
+	child.HoldStops(t, 1, reserveFrozen)
 	var answer struct{ Body, Err string }
 	var p PhaseReport
 	child.Decode(t, map[string]any{"answer": &answer, "phase": &p})

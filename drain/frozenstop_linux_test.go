@@ -106,11 +106,7 @@ func TestPreStopWaitOfAProcessFrozenAgainAndAgainAsShutdownStopsItIsStopped(t *t
 		return
 	}
 	child := proctest.Again(t, frozenStopAgainChild)
-	for range stopFreezes {
-		child.AwaitStop(t)
-		time.Sleep(stopFrozen)
-		child.Thaw(t)
-	}
+	child.HoldStops(t, stopFreezes, stopFrozen)
 	var p PhaseReport
 	child.Decode(t, map[string]any{"phase": &p})
 	assert.Equal(t, Stopped, p.Result, "the wait was stopped by SIGTERM, not still waiting: %q", p.Error)

@@ -141,9 +141,7 @@ func TestPreservesReturningAsTheirProcessIsFrozenInTheSlackAreNotAbandoned(t *te
 		return
 	}
 	child := proctest.Again(t, frozenSlackChild)
-	child.AwaitStop(t)
-	time.Sleep(300 * time.Millisecond)
-	child.Thaw(t)
+	child.HoldStops(t, 1, 300*time.Millisecond)
 	var rep pause.Report
 	child.Decode(t, map[string]any{"report": &rep})
 	require.Len(t, rep.Entries, frozenPreserves)
@@ -222,11 +220,7 @@ func TestPreservesReturningAsTheirProcessIsFrozenAgainAndAgainAreNotAbandoned(t 
 		return
 	}
 	child := proctest.Again(t, frozenAgainChild)
-	for range againFreezes {
-		child.AwaitStop(t)
-		time.Sleep(againFrozen)
-		child.Thaw(t)
-	}
+	child.HoldStops(t, againFreezes, againFrozen)
 	var rep pause.Report
 	child.Decode(t, map[string]any{"report": &rep})
 	require.Len(t, rep.Entries, frozenPreserves)

@@ -53,9 +53,7 @@ func TestAStopReturningAsItsProcessIsFrozenIsNotHeld(t *testing.T) {
 		return
 	}
 	child := proctest.Again(t, frozenStopChild)
-	child.AwaitStop(t)
-	time.Sleep(300 * time.Millisecond)
-	child.Thaw(t)
+	child.HoldStops(t, 1, 300*time.Millisecond)
 	var res struct{ Detail, Err string }
 	child.Decode(t, map[string]any{"step": &res})
 	assert.NotContains(t, res.Detail, heldStop, "grpc's Stop returned %v after the process ran again", handlerWrapUp)

@@ -55,11 +55,7 @@ func TestACallReturningAsItsProcessIsFrozenAgainAndAgainIsNotAbandoned(t *testin
 		return
 	}
 	child := proctest.Again(t, frozenAgainChild)
-	for range freezes {
-		child.AwaitStop(t)
-		time.Sleep(frozen)
-		child.Thaw(t)
-	}
+	child.HoldStops(t, freezes, frozen)
 	var returning, hung callEnd
 	child.Decode(t, map[string]any{"returning": &returning, "hung": &hung})
 	assert.False(t, returning.Abandoned, "a call that returned %v of running after its context ended, frozen %d times: %s",

@@ -84,9 +84,22 @@ func (c *Child) signal(t testing.TB, sig syscall.Signal) {
 	}
 }
 
-// AwaitStop waits until the child has stopped itself (a SIGSTOP it sent
-// itself at a point of its own run, however loaded the machine).
-func (c *Child) AwaitStop(t testing.TB) {
+// HoldStops waits for each of the child's next n stops, each a SIGSTOP it
+// sent itself at a point of its own run (FreezeSelf), however loaded the
+// machine, and lets it run again (SIGCONT) frozen after the test saw it
+// stop: a process held that long, n times, by its CPU quota or a loaded
+// node.
+func (c *Child) HoldStops(t testing.TB, n int, frozen time.Duration) {
+	t.Helper()
+	for range n {
+		c.awaitStop(t)
+		time.Sleep(frozen)
+		c.Thaw(t)
+	}
+}
+
+// awaitStop waits until the child has stopped itself.
+func (c *Child) awaitStop(t testing.TB) {
 	t.Helper()
 	var ws syscall.WaitStatus
 	if _, err := syscall.Wait4(c.cmd.Process.Pid, &ws, syscall.WUNTRACED, nil); err != nil {
