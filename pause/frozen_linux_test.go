@@ -57,12 +57,9 @@ func TestPreservesOfAProcessFrozenAcrossTheHardDeadlineAreNotAbandoned(t *testin
 	time.Sleep(time.Until(hard.Add(100 * time.Millisecond)))
 	child.Thaw(t)
 	require.True(t, stopped.Before(hard), "the child frozen before its hard deadline: %v after", stopped.Sub(hard))
-	var rep pause.Report
-	child.Decode(t, map[string]any{"report": &rep})
-	require.Len(t, rep.Entries, frozenPreserves)
+	rep := frozenReport(t, child)
+	assert.Empty(t, abandonedOf(t, rep), "returned as their context ended")
 	for _, e := range rep.Entries {
-		assert.Equal(t, pause.TimedOut, e.Outcome, e.ID)
-		assert.False(t, e.Abandoned(), "%s returned as its context ended: %s", e.ID, e.Error)
 		assert.Equal(t, context.DeadlineExceeded.Error(), e.Error, e.ID)
 	}
 }
@@ -83,6 +80,30 @@ func runFrozenChild(t *testing.T) {
 		fmt.Printf("hard %d\n", hard.UnixNano())
 	}()
 	runAndReport(t, sbs, hard)
+}
+
+// frozenReport reads a frozen child's Report to the child's end and
+// requires an entry for each of its preserves.
+func frozenReport(t *testing.T, child *proctest.Child) pause.Report {
+	t.Helper()
+	var rep pause.Report
+	child.Decode(t, map[string]any{"report": &rep})
+	require.Len(t, rep.Entries, frozenPreserves)
+	return rep
+}
+
+// abandonedOf asserts that each of a frozen child's preserves timed out
+// (its context ended: the hard deadline) and returns those abandoned, each
+// as its ID and error.
+func abandonedOf(t *testing.T, rep pause.Report) (abandoned []string) {
+	t.Helper()
+	for _, e := range rep.Entries {
+		assert.Equal(t, pause.TimedOut, e.Outcome, e.ID)
+		if e.Abandoned() {
+			abandoned = append(abandoned, e.ID+": "+e.Error)
+		}
+	}
+	return abandoned
 }
 
 // runAndReport is a frozen child's Run of sbs, all at once, to the hard
@@ -142,17 +163,7 @@ func TestPreservesReturningAsTheirProcessIsFrozenInTheSlackAreNotAbandoned(t *te
 	}
 	child := proctest.Again(t, frozenSlackChild)
 	child.HoldStops(t, 1, 300*time.Millisecond)
-	var rep pause.Report
-	child.Decode(t, map[string]any{"report": &rep})
-	require.Len(t, rep.Entries, frozenPreserves)
-	abandoned := 0
-	for _, e := range rep.Entries {
-		assert.Equal(t, pause.TimedOut, e.Outcome, e.ID)
-		if e.Abandoned() {
-			abandoned++
-		}
-	}
-	assert.Zero(t, abandoned, "of %d Preserves returning %v after their process ran again, abandoned", frozenPreserves, slackWrapUp)
+	assert.Empty(t, abandonedOf(t, frozenReport(t, child)), "of %d Preserves returning %v after their process ran again, abandoned", frozenPreserves, slackWrapUp)
 }
 
 // runFrozenSlackChild is the child's Run: 16 preserves that freeze the
@@ -221,17 +232,7 @@ func TestPreservesReturningAsTheirProcessIsFrozenAgainAndAgainAreNotAbandoned(t 
 	}
 	child := proctest.Again(t, frozenAgainChild)
 	child.HoldStops(t, againFreezes, againFrozen)
-	var rep pause.Report
-	child.Decode(t, map[string]any{"report": &rep})
-	require.Len(t, rep.Entries, frozenPreserves)
-	abandoned := 0
-	for _, e := range rep.Entries {
-		assert.Equal(t, pause.TimedOut, e.Outcome, e.ID)
-		if e.Abandoned() {
-			abandoned++
-		}
-	}
-	assert.Zero(t, abandoned, "of %d Preserves needing %v of the slack, their process frozen %d times", frozenPreserves, (againFreezes+1)*againRun, againFreezes)
+	assert.Empty(t, abandonedOf(t, frozenReport(t, child)), "of %d Preserves needing %v of the slack, their process frozen %d times, abandoned", frozenPreserves, (againFreezes+1)*againRun, againFreezes)
 }
 
 // runFrozenAgainChild is the child's Run: 16 preserves that freeze the
