@@ -50,11 +50,7 @@ func TestPreStopWaitOfAProcessFrozenAsShutdownStopsItIsStopped(t *testing.T) {
 	child.Freeze(t)
 	time.Sleep(300 * time.Millisecond)
 	child.Thaw(t)
-	var p PhaseReport
-	child.Decode(t, map[string]any{"phase": &p})
-	assert.Equal(t, Stopped, p.Result, "the wait was stopped by SIGTERM, not still waiting: %q", p.Error)
-	assert.Equal(t, reasonSIGTERM, p.Error)
-	assert.False(t, p.End.IsZero(), "the wait ended")
+	assertPreStopWaitStopped(t, child)
 }
 
 // runFrozenStopChild is the child's drain: a preStop wait whose first
@@ -107,11 +103,7 @@ func TestPreStopWaitOfAProcessFrozenAgainAndAgainAsShutdownStopsItIsStopped(t *t
 	}
 	child := proctest.Again(t, frozenStopAgainChild)
 	child.HoldStops(t, stopFreezes, stopFrozen)
-	var p PhaseReport
-	child.Decode(t, map[string]any{"phase": &p})
-	assert.Equal(t, Stopped, p.Result, "the wait was stopped by SIGTERM, not still waiting: %q", p.Error)
-	assert.Equal(t, reasonSIGTERM, p.Error)
-	assert.False(t, p.End.IsZero(), "the wait ended")
+	assertPreStopWaitStopped(t, child)
 }
 
 // runFrozenStopAgainChild is the child's drain: a preStop wait whose
@@ -130,6 +122,18 @@ func runFrozenStopAgainChild(t *testing.T) {
 		time.Sleep(2 * returnSlack) // past drain's slack: given up on
 		return nil
 	})
+}
+
+// assertPreStopWaitStopped reads a frozen child's drain phase to the
+// child's end and asserts that SIGTERM stopped its preStop wait, which
+// ended.
+func assertPreStopWaitStopped(t *testing.T, child *proctest.Child) {
+	t.Helper()
+	var p PhaseReport
+	child.Decode(t, map[string]any{"phase": &p})
+	assert.Equal(t, Stopped, p.Result, "the wait was stopped by SIGTERM, not still waiting: %q", p.Error)
+	assert.Equal(t, reasonSIGTERM, p.Error)
+	assert.False(t, p.End.IsZero(), "the wait ended")
 }
 
 // runStoppedPreStopChild is a frozen child's drain: a preStop wait whose
