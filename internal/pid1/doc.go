@@ -57,9 +57,12 @@
 //     it did before, and the child, started with Pdeathsig SIGKILL, never outlives the init.
 //     Forwarding adds about 0.1 ms to a signal's way from kill(2) to the program
 //     (BenchmarkSignalForwarding, on a loaded 2-core VM), against seconds of drain.
-//   - The child has a process group of its own, so a signal sent to PID 1's group (a
-//     terminal's Ctrl-C) reaches it once, forwarded, not twice: a second SIGINT or SIGTERM
-//     forces a server's shutdown.
+//   - The child has a process group of its own, so a signal sent to PID 1's group reaches
+//     it once, forwarded, not twice: a second SIGINT or SIGTERM forces a server's shutdown.
+//     Where PID 1 has a controlling terminal (a pod with `tty: true`), the child's group is
+//     made the terminal's foreground one before the program starts, as tini does: the
+//     program reads and writes the terminal (in the background its first read stopped it
+//     for good), and a Ctrl-C there reaches its group, not the init's.
 //   - Exit status: the child's exit code, or 128+n when signal n ended it (as shells and
 //     tini report it). Processes still running when the child has exited are not waited
 //     for: PID 1's exit ends them, as the kernel ends a namespace whose init exits.

@@ -70,6 +70,9 @@ var forwarded = []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT
 //     Ready, says how that went and exits 0;
 //   - unlisten3: closes its fd 3, the listening socket its starter gave it, once Ready,
 //     as a draining server stops listening, says how that went and waits to be killed;
+//   - tty: handles SIGINT (Ready), says whether its process group is the foreground one of
+//     its stdin's terminal, reads a line from the terminal and prints it, then exits 42 on
+//     SIGINT (a Ctrl-C typed there);
 //   - default: prints "ready" and waits for a signal, with Go's default handling of
 //     SIGTERM: it dies by it.
 func program(prog string) int {
@@ -136,6 +139,8 @@ func program(prog string) int {
 		fmt.Println("closed fd 3:", syscall.Close(3))
 		time.Sleep(time.Hour) // until the test's cleanup kills it: not a timing assertion
 		return 0
+	case "tty":
+		return readTerminal()
 	case "default":
 		Ready() // Go's default handling is the program's
 		fmt.Println("ready")
@@ -143,4 +148,18 @@ func program(prog string) int {
 		return 0
 	}
 	return 3
+}
+
+// readTerminal is the "tty" program: an interactive program on a pod's terminal (tty: true).
+func readTerminal() int {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT)
+	Ready()
+	foreground, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
+	fmt.Println("foreground:", err == nil && foreground == syscall.Getpgrp())
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	fmt.Printf("read %q %v\n", line, err)
+	<-sigs
+	fmt.Println("got SIGINT")
+	return 42
 }

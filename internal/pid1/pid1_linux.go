@@ -181,13 +181,17 @@ func startChild(argv, env []string) (pid int, ready <-chan struct{}, err error) 
 	given := inherited()
 	files := append(slices.Clip(given), w.Fd()) // the ready pipe above what the program is given
 	readyFD := strconv.Itoa(len(files) - 1)
+	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if tty := controllingTerminal(); tty >= 0 {
+		attr.Foreground, attr.Ctty = true, tty
+	}
 	done := make(chan started, 1)
 	go func() {
 		runtime.LockOSThread()
 		pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{
 			Env:   append(env, ChildEnv+"="+readyFD),
 			Files: files,
-			Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true},
+			Sys:   attr,
 		})
 		done <- started{pid, err}
 		if err != nil {
@@ -215,6 +219,30 @@ func startChild(argv, env []string) (pid int, ready <-chan struct{}, err error) 
 		close(closed)
 	}()
 	return s.pid, closed, nil
+}
+
+// controllingTerminal returns the first of stdin, stdout and stderr that is this process's
+// controlling terminal with this process's group in its foreground (a pod's console under
+// `tty: true`: runc makes it PID 1's), -1 when none is. The child is then started with its
+// process group made the terminal's foreground one (SysProcAttr.Foreground), as tini does:
+// in the child, before the exec, its signals still blocked, so the change draws no
+// SIGTTOU, and before the program can touch the terminal. Left in the background, the
+// program was stopped by SIGTTIN at its first read of the terminal, for good, and a
+// Ctrl-C the init forwarded stayed pending. A terminal whose foreground is another group's
+// (the init started in a shell's background job) is not taken from it. Nor is the terminal
+// handed back when the child exits: the init exits then too, and a shell it was started
+// from takes its terminal back itself.
+func controllingTerminal() int {
+	for fd := range 3 {
+		// TIOCGPGRP fails (ENOTTY) on a terminal that is not the caller's controlling one.
+		if fg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil {
+			if fg != syscall.Getpgrp() {
+				return -1
+			}
+			return fd
+		}
+	}
+	return -1
 }
 
 // inherited returns the descriptors the program gets, each at its number: stdio and every

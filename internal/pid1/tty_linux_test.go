@@ -1,0 +1,101 @@
+package pid1
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/pid1/pid1test"
+	"github.com/drainkit/drainkit/internal/realpart"
+)
+
+// A pod with `tty: true` runs its command on a terminal: runc makes the container's console
+// the controlling terminal of PID 1, whose process group is the terminal's foreground one.
+// The init's child runs in a process group of its own, which was left in the background:
+// the program's first read of the terminal stopped it (SIGTTIN) for good, and a Ctrl-C,
+// which went to the init and was forwarded, stayed pending. As tini does, the init now makes the child's group the
+// terminal's foreground one before the program starts:
+//
+//	runc: setsid, TIOCSCTTY ── PID 1 (init) ── child, its own group, made foreground
+//	test types "hello\n" ─────────────────────────> the program reads it
+//	test types Ctrl-C ────────────────────────────> SIGINT to the program's group
+//	program exits 42 ──────── PID 1 exits 42
+func TestProgramOwnsTheTerminalOfATTYPod(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "a new PID namespace needs root (run the tests as root)")
+	}
+	console, terminal := openConsole(t)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), programEnv+"=tty")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = terminal, terminal, terminal
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, // runc's console
+		Cloneflags: syscall.CLONE_NEWPID, Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	p := &pid1{lines: readConsole(t, console)}
+	p.Process = pid1test.Start(t, cmd)
+	require.NoError(t, terminal.Close()) // the container's stdio holds it
+
+	p.waitLine(t, "foreground: true")
+	_, err := console.WriteString("hello\n")
+	require.NoError(t, err)
+	p.waitLine(t, `read "hello\n" <nil>`)
+	_, err = console.Write([]byte{3}) // Ctrl-C: the terminal's VINTR
+	require.NoError(t, err)
+	p.waitLine(t, "got SIGINT")
+	code, signalled := p.wait(t)
+	assert.Equal(t, 42, code, "the program's exit status")
+	assert.False(t, signalled)
+}
+
+// openConsole opens a pseudo-terminal as a container runtime makes a pod's console: the
+// console, its side (kubectl attach's), and the terminal, the container's stdio, with its
+// echo off so that what the test types is not read back as the program's output.
+func openConsole(t *testing.T) (console, terminal *os.File) {
+	t.Helper()
+	fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	require.NoError(t, err)
+	console = os.NewFile(uintptr(fd), "/dev/ptmx") // non-blocking: Close ends a Read
+	t.Cleanup(func() { _ = console.Close() })
+	require.NoError(t, unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0))
+	n, err := unix.IoctlGetUint32(fd, unix.TIOCGPTN)
+	require.NoError(t, err)
+	ttyFD, err := unix.Open(fmt.Sprintf("/dev/pts/%d", n), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	terminal = os.NewFile(uintptr(ttyFD), "terminal")
+	t.Cleanup(func() { _ = terminal.Close() })
+	termios, err := unix.IoctlGetTermios(ttyFD, unix.TCGETS)
+	require.NoError(t, err)
+	termios.Lflag &^= unix.ECHO
+	require.NoError(t, unix.IoctlSetTermios(ttyFD, unix.TCSETS, termios))
+	return console, terminal
+}
+
+// readConsole returns the lines the container writes to its terminal, read on the console,
+// without the carriage return the terminal adds (ONLCR); the channel is closed once every
+// holder of the terminal has closed it (EIO), or the test's cleanup has closed the console.
+func readConsole(t *testing.T, console *os.File) chan string {
+	lines := make(chan string, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(console)
+		for sc.Scan() {
+			lines <- strings.TrimSuffix(sc.Text(), "\r")
+		}
+		close(lines)
+	}()
+	t.Cleanup(func() { // after pid1test.Start's, which has ended the container
+		_ = console.Close()
+		for range lines {
+		}
+		<-done
+	})
+	return lines
+}
