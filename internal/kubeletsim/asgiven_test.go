@@ -17,16 +17,27 @@ import (
 )
 
 // runToEnd starts cmd with Start, waits for its exit, and returns what it
-// wrote to stdout and stderr, and how it exited.
-func runToEnd(t *testing.T, cmd *exec.Cmd) (string, error) {
+// wrote to stdout and to stderr, and how it exited. Kept apart: a test
+// binary built with -cover writes to stderr at its exit (no GOCOVERDIR
+// given, a GOCOVERDIR it may not write), which is not what it was told.
+func runToEnd(t *testing.T, cmd *exec.Cmd) (stdout, stderr string, err error) {
 	t.Helper()
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
 	child, err := Start(cmd)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
 	err = child.Err() // its output copied once it has exited
-	return out.String(), err
+	return out.String(), errOut.String(), err
+}
+
+// outputOf runs cmd to its end and returns what it wrote to stdout and to
+// stderr apart, as runToEnd does for a Child.
+func outputOf(cmd *exec.Cmd) (stdout, stderr string, err error) {
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	out, err := cmd.Output()
+	return string(out), errOut.String(), err
 }
 
 // A container runtime execs a container's command with the argv and the
@@ -38,8 +49,8 @@ func TestPID1ChildGetsExactlyTheArgvAndEnvironmentItWasGiven(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "two words", `"quoted'`, "")
 	cmd.Args[0] = "a server"
 	cmd.Env = []string{roleEnv + "=say-argv-env", "A=two words", "PATH=" + os.Getenv("PATH"), "GORACE=atexit_sleep_ms=0"}
-	out, err := runToEnd(t, cmd)
-	require.NoError(t, err, out)
+	out, errOut, err := runToEnd(t, cmd)
+	require.NoError(t, err, errOut)
 	assert.Equal(t, `argv ["a server" "-test.run=^$" "two words" "\"quoted'" ""]`+"\n"+
 		`env ["KUBELETSIM_TEST_ROLE=say-argv-env" "A=two words" "PATH=`+os.Getenv("PATH")+`" "GORACE=atexit_sleep_ms=0"]`+"\n", out)
 }
@@ -52,8 +63,8 @@ func TestPID1ChildRunsWhateverPATHItIsGiven(t *testing.T) {
 	needsPIDNamespace(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = []string{roleEnv + "=say-argv-env", "PATH=" + t.TempDir(), "GORACE=atexit_sleep_ms=0"}
-	out, err := runToEnd(t, cmd)
-	require.NoError(t, err, out)
+	out, errOut, err := runToEnd(t, cmd)
+	require.NoError(t, err, errOut)
 	assert.Contains(t, out, "argv [")
 }
 
@@ -62,7 +73,7 @@ func TestPID1ChildRunsWhateverPATHItIsGiven(t *testing.T) {
 func TestStartOfACommandWithNoArgsRunsItsPath(t *testing.T) {
 	var out string
 	var err error
-	require.NotPanics(t, func() { out, err = runToEnd(t, &exec.Cmd{Path: "/bin/echo"}) })
+	require.NotPanics(t, func() { out, _, err = runToEnd(t, &exec.Cmd{Path: "/bin/echo"}) })
 	require.NoError(t, err)
 	assert.Equal(t, "\n", out)
 }
@@ -150,17 +161,14 @@ func TestPID1ChildsProcMountStaysInItsOwnMountNamespace(t *testing.T) {
 // binary could keep the re-executed binary from starting at all.
 func TestPID1ChildsLoaderVariablesAreTheCommandsAlone(t *testing.T) {
 	needsPIDNamespace(t)
-	preloadOnce := func(start func(*exec.Cmd) (string, error)) string {
+	preloadOnce := func(start func(*exec.Cmd) (stdout, stderr string, err error)) []string {
 		cmd := exec.Command("/bin/echo", "served")
 		cmd.Env = []string{"LD_PRELOAD=/nonexistent/shim.so"}
-		out, err := start(cmd)
-		require.NoError(t, err, out)
-		return out
+		out, errOut, err := start(cmd)
+		require.NoError(t, err, errOut)
+		return []string{out, errOut}
 	}
-	byOSExec := preloadOnce(func(cmd *exec.Cmd) (string, error) {
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	})
-	require.Contains(t, byOSExec, "shim.so", "the loader's word on the missing shim, os/exec's start")
-	assert.Equal(t, byOSExec, preloadOnce(func(cmd *exec.Cmd) (string, error) { return runToEnd(t, cmd) }))
+	byOSExec := preloadOnce(outputOf)
+	require.Contains(t, byOSExec[1], "shim.so", "the loader's word on the missing shim, os/exec's start")
+	assert.Equal(t, byOSExec, preloadOnce(func(cmd *exec.Cmd) (string, string, error) { return runToEnd(t, cmd) }))
 }

@@ -72,7 +72,7 @@ func TestPlainChildsExitKillsTheRestOfItsProcessGroup(t *testing.T) {
 	cmd.Dir = "/"
 	const nobody = 65534
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	out, errOut, err := outputOf(cmd)
+	require.NoError(t, err, errOut)
 	assert.Equal(t, "PID 1 false, cgroup \"\", the process it left alive after its exit: false\n", string(out))
 }

@@ -33,8 +33,8 @@ func TestFrozenKillWhoseFreezeFailsStillKillsTheContainer(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), roleEnv+"=kill-events-unreadable")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS} // private: os/exec remounts / so
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	out, errOut, err := outputOf(cmd)
+	require.NoError(t, err, errOut)
 	assert.Equal(t, "kill: <nil>\nfreeze: gone\nchild: killed\ncgroup: removed\n", string(out))
 }
 

@@ -862,8 +862,8 @@ func TestStartThatMayNotForkIntoTheCgroupFallsBack(t *testing.T) {
 		Credential:  &syscall.Credential{Uid: nobody, Gid: nobody},
 		UseCgroupFD: true, CgroupFD: fd, // the simulator runs in parent
 	}
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	out, errOut, err := outputOf(cmd)
+	require.NoError(t, err, errOut)
 	assert.Equal(t, "started, its container's cgroup \"\"\n", string(out), "the container is the process group")
 	subs, err := subCgroups(parent)
 	require.NoError(t, err)
