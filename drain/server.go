@@ -196,7 +196,7 @@ func init() {
 	// would never end. Started here, outside any, by a signal whose
 	// default action is to be ignored, given it back at once.
 	winch := make(chan os.Signal, 1)
-	signal.Notify(winch, syscall.SIGWINCH)
+	signal.Notify(winch, ignoredByDefault)
 	signal.Stop(winch)
 }
 

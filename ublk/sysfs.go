@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
 )
@@ -169,10 +168,7 @@ func charEntry(sysRoot string, id int) uint64 {
 	if err != nil {
 		return 0
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Ino)
-	}
-	return 0
+	return inode(fi)
 }
 
 func exists(p string) (bool, error) {

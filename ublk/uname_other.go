@@ -4,6 +4,7 @@ package ublk
 
 import (
 	"context"
+	"os"
 	"runtime"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
@@ -13,6 +14,9 @@ import (
 const supported = false
 
 func kernelRelease() (string, error) { return runtime.GOOS, nil }
+
+// inode is 0 where no sysfs gives a ublk device an entry to tell it by.
+func inode(os.FileInfo) uint64 { return 0 }
 
 // killDoomed kills nothing where there are no cgroups to tell doomed holders
 // by.

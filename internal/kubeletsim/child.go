@@ -54,7 +54,7 @@ func start(cmd *exec.Cmd, hs []hierarchy) (*Child, error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Setpgid = true
+	inOwnProcessGroup(cmd.SysProcAttr)
 	started, err := asPID1(cmd)
 	if err != nil {
 		return nil, err
@@ -114,7 +114,7 @@ func (c *Child) Kill() error {
 	if c.reaped {
 		return nil
 	}
-	err := syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
+	err := killProcessGroup(c.Cmd.Process.Pid)
 	if errors.Is(err, syscall.ESRCH) {
 		return nil
 	}
@@ -176,8 +176,8 @@ type Exec struct {
 func (e Exec) Run(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, e.Path, e.Args...)
 	cmd.Env = e.Env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.SysProcAttr = inOwnProcessGroup(&syscall.SysProcAttr{})
+	cmd.Cancel = func() error { return killProcessGroup(cmd.Process.Pid) }
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("preStop exec %s: %w: %s", e.Path, err, out)

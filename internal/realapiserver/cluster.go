@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -288,32 +287,6 @@ func (c *Cluster) TokenFile(t *testing.T, token string) string {
 	return path
 }
 
-// Stall stops the kube-apiserver (SIGSTOP) until the returned resume is
-// called, or the test ends: an API server that does not answer, as an
-// overloaded or partitioned one. The kernel still takes connections, and
-// every request waits, its TLS handshake first.
-func (c *Cluster) Stall(t *testing.T) (resume func()) {
-	t.Helper()
-	must(t, c.server.Signal(syscall.SIGSTOP))
-	var once sync.Once
-	resume = func() { once.Do(func() { must(t, c.server.Signal(syscall.SIGCONT)) }) }
-	t.Cleanup(resume)
-	return resume
-}
-
-// StallEtcd stops etcd (SIGSTOP) until the returned resume is called, or
-// the test ends: the API server answers what it has in memory (/version,
-// authentication by its token file, RBAC from its informers) and holds
-// every request that reads etcd, a GET of a pod first among them.
-func (c *Cluster) StallEtcd(t *testing.T) (resume func()) {
-	t.Helper()
-	must(t, c.etcd.Signal(syscall.SIGSTOP))
-	var once sync.Once
-	resume = func() { once.Do(func() { must(t, c.etcd.Signal(syscall.SIGCONT)) }) }
-	t.Cleanup(resume)
-	return resume
-}
-
 // start runs a server process whose output goes to dir/name.log, and stops
 // it (SIGTERM, then SIGKILL after 10 s) when the test ends.
 func start(t *testing.T, dir, name, bin string, args ...string) *os.Process {
@@ -322,7 +295,7 @@ func start(t *testing.T, dir, name, bin string, args ...string) *os.Process {
 	must(t, err)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the test binary
+	neverOutliveTheTest(cmd)
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
 		t.Fatalf("realapiserver: starting %s: %v", name, err)
@@ -330,7 +303,7 @@ func start(t *testing.T, dir, name, bin string, args ...string) *os.Process {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT) // a Stall ended with the test
+		continueStalled(cmd.Process) // a Stall ended with the test
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:

@@ -309,13 +309,6 @@ func saveBegun(imageDir string) bool {
 	return false
 }
 
-// noSpaceLeft reports whether the volume of dir has no space left for an ordinary
-// writer: what a save that failed for want of space leaves.
-func noSpaceLeft(dir string) bool {
-	var st syscall.Statfs_t
-	return syscall.Statfs(dir, &st) == nil && st.Bavail == 0
-}
-
 // StopWait bounds how long Checkpoint waits for the container to stop as a checkpoint
 // made stops it: after one that succeeded, and after one whose exit status was lost and
 // that wrote no failure.
@@ -455,7 +448,7 @@ func (r *Runtime) command(ctx context.Context, id string, args ...string) (*exec
 	// reaches the caller, which stops what it runs itself (ctx), and never runsc, which
 	// it killed halfway: a restore in flight ended with no container and its RPC failed,
 	// a run with no sandbox (row 1310). The caller's own SIGKILL never reached runsc.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = inOwnProcessGroup()
 	cmd.WaitDelay = r.WaitDelay
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = time.Second

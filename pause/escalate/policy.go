@@ -234,7 +234,7 @@ func (e Policy) stop(ctx context.Context, t Target, killAt *time.Time) (Exit, er
 			}
 		}
 	}
-	if ended == Exited && sig != syscall.SIGKILL && sig != syscall.SIGCONT {
+	if ended == Exited && sigCont != 0 && sig != syscall.SIGKILL && sig != sigCont {
 		if err := sendCont(ctx, t, sig, termEnd); err != nil {
 			failures = append(failures, err)
 			if unsent == nil {
@@ -304,7 +304,7 @@ func sendCont(ctx context.Context, t Target, sig syscall.Signal, until *end) err
 	began := time.Now()
 	sctx, cancel := until.context(ctx, func() time.Time { return later(until.when(), began.Add(killSendWait)) })
 	defer cancel()
-	err := t.Signal(sctx, syscall.SIGCONT)
+	err := t.Signal(sctx, sigCont)
 	if err == nil || isGone(err) || errors.Is(err, syscall.ECHILD) {
 		return nil
 	}

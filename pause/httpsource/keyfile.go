@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/drainkit/drainkit/internal/logonce"
@@ -54,9 +53,7 @@ func (s fileStamp) same(o fileStamp) bool {
 
 func stampOf(fi os.FileInfo) fileStamp {
 	st := fileStamp{size: fi.Size(), mtime: fi.ModTime()}
-	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.ino = sys.Ino
-	}
+	st.ino = inode(fi)
 	return st
 }
 

@@ -620,11 +620,7 @@ func freeSpace(dir string) (volumeFree, bool) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return volumeFree{}, false
 	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return volumeFree{}, false
-	}
-	return volumeFree{bytes: uint64(st.Bavail) * uint64(st.Bsize), inodes: st.Ffree, inodesKnown: st.Files > 0}, true
+	return volumeFreeOf(dir)
 }
 
 // ErrLost is wrapped by the permanent error (backoff.Permanent) of Runsc.Pause whose
