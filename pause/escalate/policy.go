@@ -85,7 +85,8 @@ type Target interface {
 // sends one after every kill signal, continues a target stopped by SIGSTOP
 // (a debugger, a job-control stop), which keeps a signal it handles pending
 // and, before, was SIGKILLed at the end of TermWait, its state unsaved; a
-// running target ignores it. It does not thaw a frozen cgroup.
+// running target ignores it. It does not thaw a frozen cgroup. Where no signal
+// stops a process (Windows), no SIGCONT is sent.
 type Policy struct {
 	// Signal is the first signal; zero means SIGTERM. SIGKILL gives the
 	// target no chance to save its state: an exit on it is
