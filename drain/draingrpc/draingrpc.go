@@ -441,18 +441,20 @@ type Server interface {
 //
 // Where grpc names an RPC's server is learned once per process, as the
 // first RPC that interceptors made with any gate admit begins, from an RPC
-// of drainkit's own, "/drainkit.draingrpc.Probe/LearnServerKey", served in
-// process by a grpc.Server of its own, which runs no interceptor: grpc
-// logs that server at INFO ("Server created"), and a process-wide stats
-// handler (grpc's observability packages) counts that RPC, and runs on it
-// as on every RPC of the program's, before it reached those interceptors
-// (a handler that panics on every RPC ends the process at the program's
-// first, not at drainkit's). No Stop waits for that RPC: one that a
+// of drainkit's own, "/drainkit.draingrpc.Probe/LearnServerKey", served by
+// a grpc.Server of its own, which runs no interceptor, on a loopback TCP
+// connection that gives grpc the addresses (and the RPC the :authority)
+// of that first RPC: grpc logs that server at INFO ("Server created"),
+// and a process-wide stats handler (grpc's observability packages) counts
+// that connection and that RPC, and runs on them as on every one of the
+// program's, which it has run on for that first RPC, before it reached
+// those interceptors (a handler that panics on every RPC ends the process
+// at the program's first, not at drainkit's). No Stop waits for that RPC: one that a
 // process-wide stats handler holds (a synchronous export to a collector
 // that does not answer) leaves the RPCs of a held grpc Stop to be told by
 // the socket tables, as the Step's detail says. A learning that fails (a
 // grpc-go that no longer names the server, a process-wide stats handler
-// that hides it or panics on drainkit's connection) is logged once, as it
+// that hides it, no loopback to serve on) is logged once, as it
 // ends, at WARN through slog.Default, with its cause and what to do.
 //
 // A nil s (or a nil *grpc.Server in it) is not called: Stop returns an

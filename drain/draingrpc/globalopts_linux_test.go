@@ -162,7 +162,7 @@ func TestLearningTheKeyReadsNoFieldOfAContextCancelledMeanwhile(t *testing.T) {
 		defer close(shutDown)
 		shutdown()
 	}()
-	key, why := learnServerKey()
+	key, why := learnServerKey(originOf(t.Context()))
 	require.NotNil(t, key, "grpc's key, learned under the stats handler: %s", why)
 	<-shutDown
 }

@@ -304,7 +304,7 @@ func (s *gateState) rpc(ctx context.Context) (done func()) {
 	if s == nil {
 		return func() {}
 	}
-	startLearning()
+	startLearning(ctx)
 	c := &call{ctx: ctx, local: localAddr(ctx)}
 	s.mu.Lock()
 	if s.calls == nil {

@@ -40,7 +40,7 @@ func TestStopOfAnIdleServerReturnsWithGracefulStopWhileLearningTheKeyIsHeld(t *t
 	a := serve(t, g, "tcp")
 	b := serve(t, g, "tcp")
 	t.Cleanup(func() { close(collector) }) // before a's and b's own cleanups
-	startLearning()                        // as the process's first RPC through draingrpc's interceptors does
+	startLearning(t.Context())             // as the process's first RPC through draingrpc's interceptors does
 
 	returnsWithGracefulStop(t, a, g, "the first Stop, while the learning is held")
 	returnsWithGracefulStop(t, b, g, "a Stop of another server while the learning is held")

@@ -1,15 +1,19 @@
 package draingrpc
 
 import (
+	"bytes"
 	"context"
-	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"reflect"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -30,8 +34,17 @@ var grpcPkg = reflect.TypeFor[grpc.Server]().PkgPath()
 // a Stop outside it may not read (the runtime ends the process).
 var keyLearning = &learning{done: make(chan struct{})}
 
-// startLearning starts keyLearning, on its first call only.
-var startLearning = sync.OnceFunc(func() { go keyLearning.learn() })
+// learnOnce makes startLearning start keyLearning once.
+var learnOnce sync.Once
+
+// startLearning starts keyLearning, on its first call only, with an RPC
+// of drainkit's own that comes as the RPC of context rpc came (origin).
+func startLearning(rpc context.Context) {
+	learnOnce.Do(func() {
+		from := originOf(rpc)
+		go keyLearning.learn(from)
+	})
+}
 
 // learning is keyLearning's: key is set before done is closed.
 type learning struct {
@@ -39,10 +52,10 @@ type learning struct {
 	key  any
 }
 
-func (l *learning) learn() {
+func (l *learning) learn(from origin) {
 	defer close(l.done)
 	var why string
-	l.key, why = learnServerKey()
+	l.key, why = learnServerKey(from)
 	if l.key == nil {
 		warnNotLearned(why)
 	}
@@ -94,28 +107,29 @@ func serverOf(ctx context.Context) *grpc.Server {
 	return s
 }
 
-// learnServerKey serves one unary RPC through a grpc.Server of its own, in
-// process (ServeHTTP on a request made here: no socket, no connection),
-// and finds grpc's key in its handler's context. That server has the
-// process's global server options too (grpc-go's AddGlobalServerOptions,
-// through which its observability packages, and a program's own code,
-// give every grpc.NewServer theirs), where an interceptor that refuses
-// what it does not know, an authorization policy's, refused the RPC before
-// its handler ran (row 3100). No server option takes those away, so the
-// RPC is one that runs none of them: grpc-go (v1.85: wrapUnaryHandler)
-// calls a unary method's handler itself and hands it the chain of unary
-// interceptors to call, which this handler does not; stream interceptors
-// never run for a unary method. A global stats handler still runs, and
-// may have put a context of its own type over grpc's (row 3100), which
-// findServerKey walks through. It returns nil when the handler's context
-// holds no key of grpc's type serverKey that names this server.
+// learnServerKey serves one unary RPC through a grpc.Server of its own,
+// on a loopback TCP connection of its own whose addresses are from's (see
+// origin), and finds grpc's key in its handler's context. That server has
+// the process's global server options too (grpc-go's
+// AddGlobalServerOptions, through which its observability packages, and
+// a program's own code, give every grpc.NewServer theirs), where an
+// interceptor that refuses what it does not know, an authorization
+// policy's, refused the RPC before its handler ran (row 3100). No server
+// option takes those away, so the RPC is one that runs none of them:
+// grpc-go (v1.85: wrapUnaryHandler) calls a unary method's handler itself
+// and hands it the chain of unary interceptors to call, which this
+// handler does not; stream interceptors never run for a unary method. A
+// global stats handler still runs, on grpc's goroutines, where a panic
+// ends the process, and may have put a context of its own type over
+// grpc's (row 3100), which findServerKey walks through. It returns nil
+// when the handler's context holds no key of grpc's type serverKey that
+// names this server, with why.
 //
-// grpc logs the server at INFO ("[core] [Server #N] Server created";
-// at verbosity 2 also its transport's "Closing: finished writing
-// status"), and a global stats handler counts its RPC (probeService,
-// probeMethod): grpc has no option that quiets one server's logs (its
-// logger is the process's, grpclog.SetLoggerV2) nor one that leaves out
-// the global options.
+// grpc logs the server at INFO ("[core] [Server #N] Server created",
+// its listener's, its connection's), and a global stats handler counts
+// its connection and its RPC (probeService, probeMethod): grpc has no
+// option that quiets one server's logs (its logger is the process's,
+// grpclog.SetLoggerV2) nor one that leaves out the global options.
 //
 // What else could tell an RPC's server was read in grpc-go v1.85 and
 // found less exact: the peer's local address is shared by other sockets
@@ -124,8 +138,9 @@ func serverOf(ctx context.Context) *grpc.Server {
 // drainkit's API does not have; grpc's channelz drops a server's entry as
 // its Stop begins; a ServerTransportStream, the interceptor's info and
 // the service registered say nothing of the server.
-func learnServerKey() (key any, why string) {
-	handled := false
+func learnServerKey(from origin) (key any, why string) {
+	var handled atomic.Bool
+	found := make(chan any, 1)
 	probe := grpc.NewServer()
 	probe.RegisterService(&grpc.ServiceDesc{
 		ServiceName: probeService,
@@ -134,66 +149,135 @@ func learnServerKey() (key any, why string) {
 			MethodName: probeMethod,
 			// The interceptors are the caller's to run, and are not run.
 			Handler: func(_ any, ctx context.Context, _ func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-				handled = true
+				handled.Store(true)
 				if k, ok := findServerKey(ctx); ok && ctx.Value(k) == probe {
-					key = k
+					found <- k
 				}
 				return &emptypb.Empty{}, nil
 			},
 		}},
 	}, struct{}{})
-	req, err := http.NewRequest(http.MethodPost, probeFullMethod, http.NoBody)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, "drainkit's RPC could not be made: " + err.Error()
+		return nil, "drainkit's RPC " + probeFullMethod + " found no loopback to be served on: " + err.Error()
 	}
-	req.ProtoMajor, req.ProtoMinor = 2, 0 // grpc serves HTTP/2 requests only
-	req.Header.Set("Content-Type", "application/grpc")
-	req = asIfOnLoopback(req)
-	panicked := serveProbe(probe, req)
-	probe.GracefulStop() // waits for the handler, which set key and handled
-	switch {
-	case key != nil:
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = probe.Serve(originListener{Listener: ln, from: from})
+	}()
+	err = callProbe(ln.Addr().String(), from.authority)
+	probe.GracefulStop() // closes ln; its connection, closed by callProbe, is gone
+	<-served
+	select {
+	case key = <-found: // sent before the handler answered, which callProbe read
 		return key, ""
-	case panicked != nil:
-		return nil, fmt.Sprintf("a process-wide stats handler (grpc's AddGlobalServerOptions) panicked on the connection of drainkit's RPC %s, served in process: %v", probeFullMethod, panicked)
-	case !handled:
+	default:
+	}
+	switch {
+	case err != nil:
+		return nil, "drainkit's RPC " + probeFullMethod + ", served on loopback, failed: " + err.Error()
+	case !handled.Load():
 		return nil, "drainkit's RPC " + probeFullMethod + " did not reach its handler: a process-wide server option (grpc's AddGlobalServerOptions) refused it"
 	}
 	return nil, "no context of drainkit's RPC " + probeFullMethod + " holds grpc's key naming its server: a grpc-go (this binary's: v" + grpc.Version + ") that no longer names an RPC's server there, " +
 		"or a process-wide stats handler whose context keeps grpc's in a field of no context type (declare it context.Context)"
 }
 
-// serveProbe serves req through probe, and recovers a panic of this
-// goroutine's: under ServeHTTP, grpc calls a connection's stats handlers
-// (TagConn, HandleConn) on the caller's goroutine, the learning's, and a
-// process-wide one that panics on the connection of drainkit's RPC alone
-// ended the process there (row 3441). Unwinding runs grpc's own deferred
-// cleanup of the connection (ServeHTTP's removeConn, serveStreams' Close),
-// so probe's GracefulStop still returns. A panic in an RPC's stats
-// handlers (TagRPC, HandleRPC) is on grpc's goroutine, out of reach.
-func serveProbe(probe *grpc.Server, req *http.Request) (panicked any) {
-	defer func() { panicked = recover() }()
-	probe.ServeHTTP(&probeResponse{header: make(http.Header)}, req)
-	return nil
+// An origin is where an RPC came from, as grpc gave it to the process-wide
+// stats handlers: its client's address and the local one (net.Addr values
+// of whatever type the user's listener or http.Server gave grpc), and its
+// :authority. drainkit's RPC that learns grpc's key comes with those of
+// the RPC that started the learning, which those handlers served already:
+// one served through ServeHTTP carried grpc's own string type for the
+// client's address, and a handler that reads it as the *net.TCPAddr of a
+// TCP listener's connections, in an RPC's TagRPC, panicked there, on
+// grpc's goroutine, and ended the process at the user's first RPC (row
+// 3560); nor did it carry the addresses and :authority at all before row
+// 3440. Where rpc names none (no RPC started the learning), they are the
+// loopback connection's own.
+type origin struct {
+	remote, local net.Addr
+	authority     string
 }
 
-// asIfOnLoopback gives learnServerKey's request what grpc gives every RPC
-// it serves, which a request made in process lacks: its client's address,
-// the local address it came in on (grpc's transport takes both from the
-// connection; under ServeHTTP, net/http puts them in the request) and an
-// :authority (grpc refuses a request with none, as net/http's HTTP/2
-// server does). A process-wide stats handler that reads them as grpc gives
-// them (a label of the listener, of the client's IP) runs on this RPC too,
-// on grpc's goroutine, where a panic ends the process: without them it
-// served every RPC of the program and ended it at drainkit's (row 3440).
-// The RPC is served in process, so the addresses are loopback's, with no
-// port.
-func asIfOnLoopback(req *http.Request) *http.Request {
-	req.RemoteAddr = "127.0.0.1:0"
-	req.Host = "localhost"
-	local := net.Addr(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	return req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, local))
+// originOf is where the RPC of context rpc came from.
+func originOf(rpc context.Context) origin {
+	from := origin{authority: "localhost"}
+	if p, ok := peer.FromContext(rpc); ok {
+		from.remote, from.local = p.Addr, p.LocalAddr
+	}
+	if md, ok := metadata.FromIncomingContext(rpc); ok {
+		if a := md.Get(":authority"); len(a) > 0 && a[0] != "" {
+			from.authority = a[0]
+		}
+	}
+	return from
 }
+
+// originListener is learnServerKey's listener: its connections give grpc
+// from's addresses, where it has them.
+type originListener struct {
+	net.Listener
+	from origin
+}
+
+func (l originListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return originConn{Conn: c, from: l.from}, nil
+}
+
+// originConn is a connection that gives from's addresses for its own.
+type originConn struct {
+	net.Conn
+	from origin
+}
+
+func (c originConn) RemoteAddr() net.Addr {
+	if c.from.remote != nil {
+		return c.from.remote
+	}
+	return c.Conn.RemoteAddr()
+}
+
+func (c originConn) LocalAddr() net.Addr {
+	if c.from.local != nil {
+		return c.from.local
+	}
+	return c.Conn.LocalAddr()
+}
+
+// callProbe calls drainkit's RPC at addr, as a grpc client does over
+// HTTP/2 without TLS, with authority for its :authority, reads its answer
+// whole and closes its connection. Not with grpc's own client: that runs
+// the process-wide dial options (grpc's AddGlobalDialOptions) as well.
+func callProbe(addr, authority string) error {
+	var h2c http.Protocols // HTTP/2 without TLS: the server has none of its own
+	h2c.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &h2c} // no Proxy: the environment's would not reach loopback
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+probeFullMethod, bytes.NewReader(emptyMessage))
+	if err != nil {
+		return err
+	}
+	req.Host = authority
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("TE", "trailers")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err
+}
+
+// emptyMessage is a gRPC message of no bytes, as a request's body frames
+// it: not compressed, its length zero.
+var emptyMessage = []byte{0, 0, 0, 0, 0}
 
 // The service and method of learnServerKey's RPC, as a process-wide stats
 // handler (grpc's OpenTelemetry metrics) names it.
@@ -203,15 +287,6 @@ const (
 
 	probeFullMethod = "/" + probeService + "/" + probeMethod
 )
-
-// probeResponse is the response of learnServerKey's RPC, dropped: an
-// http.ResponseWriter that flushes, as grpc's ServeHTTP needs.
-type probeResponse struct{ header http.Header }
-
-func (w *probeResponse) Header() http.Header         { return w.header }
-func (w *probeResponse) Write(b []byte) (int, error) { return len(b), nil }
-func (w *probeResponse) WriteHeader(int)             {}
-func (w *probeResponse) Flush()                      {}
 
 // contextType is context.Context's interface type.
 var contextType = reflect.TypeFor[context.Context]()

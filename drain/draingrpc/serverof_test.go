@@ -42,7 +42,7 @@ func TestServerOfNamesTheServerOfAnRPC(t *testing.T) {
 // awaitServerKey starts learning serverKey, when no RPC did, and waits
 // for it until ctx ends.
 func awaitServerKey(ctx context.Context) {
-	startLearning()
+	startLearning(ctx)
 	select {
 	case <-keyLearning.done:
 	case <-ctx.Done():
