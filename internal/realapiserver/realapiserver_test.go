@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -540,6 +542,39 @@ func TestRealAPIServer(t *testing.T) {
 		d.Shutdown(t.Context())
 	})
 
+	// Row 3444's rule, that a 404 is the pod's removal only when its Status
+	// names a pod, read against what the API server answers for a pod
+	// removed as a drain sees it: through a proxy in front with a path
+	// prefix of its own (Rancher's /k8s/clusters/ID), and in a namespace
+	// being deleted. Each answer names the pod, and a drain with POD_UID
+	// set still plans the force deletion's SIGKILL 2 s after T0, not the
+	// hour of a failed read.
+	t.Run("ARemovedPodIsNamedInIts404ThroughAProxyAndInANamespaceBeingDeleted", func(t *testing.T) {
+		proxy, proxyCA := prefixingProxy(t, c, "/k8s/clusters/c-1")
+		behind := createPod(t, c, "removed-behind-a-proxy")
+		deletePod(t, c, behind.Name, 0)
+		forceDeletionPlanned(t, behind, kube.Config{Host: proxy + "/k8s/clusters/c-1", Namespace: ns, CAFile: proxyCA,
+			TokenFile: c.TokenFile(t, realapiserver.AdminToken), UID: string(behind.UID)})
+
+		const doomed = "doomed-pods"
+		c.MustDo(t, http.MethodPost, "/api/v1/namespaces", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: doomed}}, http.StatusCreated, nil)
+		c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+doomed+"/serviceaccounts",
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, http.StatusCreated, nil)
+		var inDoomed corev1.Pod
+		c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+doomed+"/pods", &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-0"},
+			Spec: corev1.PodSpec{NodeName: "node-that-does-not-exist", TerminationGracePeriodSeconds: new(int64(3600)),
+				Containers: []corev1.Container{{Name: "sandboxd", Image: "sandboxd"}}},
+		}, http.StatusCreated, &inDoomed)
+		// No namespace controller runs here: the namespace stays
+		// Terminating, as it does while its pods drain.
+		c.MustDo(t, http.MethodDelete, "/api/v1/namespaces/"+doomed, nil, http.StatusOK, nil)
+		c.MustDo(t, http.MethodDelete, "/api/v1/namespaces/"+doomed+"/pods/sandboxd-0",
+			&metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))}, http.StatusOK, nil)
+		forceDeletionPlanned(t, &inDoomed, kube.Config{Host: c.URL, Namespace: doomed, CAFile: c.CAFile,
+			TokenFile: c.TokenFile(t, realapiserver.AdminToken), UID: string(inDoomed.UID)})
+	})
+
 	// docs/faults.md row 1110: the API server answers a token of an
 	// audience it does not take (a serviceAccountToken volume of another
 	// service's audience) with the bare 401 it answers the token of a pod
@@ -1043,4 +1078,65 @@ func (f *front) silenceFirst() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.relays[0].silent.Store(true)
+}
+
+// prefixingProxy is a proxy in front of c's API server, on loopback, as
+// Rancher's is: its https URL, and the file of its certificate, passes a
+// request under prefix to the API server with prefix taken off, the
+// answer as it comes, and answers any other with a page of its own.
+func prefixingProxy(t *testing.T, c *realapiserver.Cluster, prefix string) (host, caFile string) {
+	t.Helper()
+	target, err := url.Parse(c.URL)
+	require.NoError(t, err)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: clusterCA(t, c), MinVersion: tls.VersionTLS12}}
+	rp := &httputil.ReverseProxy{Transport: tr, Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.URL.Path = strings.TrimPrefix(r.In.URL.Path, prefix)
+		r.Out.URL.RawPath = ""
+	}}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, prefix+"/") {
+			http.NotFound(w, r)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { srv.Close(); tr.CloseIdleConnections() })
+	caFile = filepath.Join(t.TempDir(), "proxy-ca.crt")
+	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+	return srv.URL, caFile
+}
+
+// forceDeletionPlanned reads removed, a pod the API server no longer has,
+// through cfg, as a drain's preStop call does: the read is the pod's
+// removal (kube.IsNotFound), and the drain plans the kubelet's SIGKILL
+// 2 s after T0, a force deletion's, not the hour of a failed read.
+func forceDeletionPlanned(t *testing.T, removed *corev1.Pod, cfg kube.Config) {
+	t.Helper()
+	pod, err := kube.New(removed.Name, cfg)
+	require.NoError(t, err)
+	_, err = pod.Deletion(t.Context())
+	require.True(t, kube.IsNotFound(err), "the API server's 404 for %s/%s: %v", removed.Namespace, removed.Name, err)
+	t.Logf("the read of %s/%s: %v", removed.Namespace, removed.Name, err)
+
+	pod, err = kube.New(removed.Name, cfg)
+	require.NoError(t, err)
+	b, err := deadline.New(3600*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	var logs logbuf.Buffer
+	d, err := drain.New(drain.Config{Budget: b, Sandboxes: draintest.NewNode(), Pod: pod,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/drain?wait=0s", nil))
+	timeout := time.After(10 * time.Second) // a hang guard, not a timing assertion
+	for b.Kill().Sub(b.Start()) != 2*time.Second {
+		select {
+		case <-b.Changed():
+		case <-timeout:
+			require.Fail(t, "the read at the preStop call did not plan the force deletion's 2 s",
+				"SIGKILL at T0 + %v; log:\n%s", b.Kill().Sub(b.Start()), logs.String())
+		}
+	}
+	d.Shutdown(t.Context())
+	assert.Contains(t, logs.String(), "a force deletion")
 }
