@@ -154,10 +154,14 @@ func StaticBusybox() (string, error) {
 }
 
 // Usable reports why real sandboxes cannot run here: not root, no runsc in PATH, or no
-// static busybox. Tests skip with its error; nil means they can run.
+// static busybox. Tests skip with its error, and servers (sandboxd's -runtime runsc, the
+// gVisor worker) fail at start with it, so it says what their user must do; nil means
+// they can run.
 func Usable() error {
-	if os.Geteuid() != 0 {
-		return errors.New("runsc sandboxes need root (run the tests as root)")
+	if uid := os.Geteuid(); uid != 0 {
+		return fmt.Errorf("runsc sandboxes need root, and this process runs as uid %d: run the server as root "+
+			"(in a pod, a container that runs as root with securityContext privileged: true, as examples/sandboxd/deploy/daemonset.yaml), "+
+			"or use the fake runtime", uid)
 	}
 	if _, err := exec.LookPath("runsc"); err != nil {
 		return errors.New("runsc not found in PATH (apt-get install runsc)")

@@ -27,6 +27,9 @@ import (
 const fakeEnv = "DRAINKIT_FAKE_RUNSC"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(usableEnv) != "" {
+		os.Exit(usableMain())
+	}
 	if dir := os.Getenv(terminalEnv); dir != "" {
 		os.Exit(terminalMain(dir))
 	}
