@@ -45,29 +45,37 @@ import (
 // Drainer.PreStop behind a HookGuard, or runs drainhook (docs/drain.md).
 // Errors name the variable that is wrong; they come now, not at SIGTERM.
 func ConfigFromEnv() (Config, error) {
+	cfg, _, err := configFromEnv()
+	return cfg, err
+}
+
+// configFromEnv is ConfigFromEnv, with the pod's spec as its one read
+// found it (nil without the pod), which NewServer reads the preStop hook
+// from.
+func configFromEnv() (Config, *podSpec, error) {
 	log := slog.Default()
 	pod := inCluster(log)
 	spec := readSpec(pod, os.Getenv(EnvGrace) == "", log)
 	grace, err := graceOf(spec, log)
 	if err != nil {
-		return Config{}, err
+		return Config{}, nil, err
 	}
 	kubelet, err := kubeletGrace(pod, spec, log)
 	if err != nil {
-		return Config{}, err
+		return Config{}, nil, err
 	}
 	pc, err := pauseFromEnv()
 	if err != nil {
-		return Config{}, err
+		return Config{}, nil, err
 	}
 	checkSandboxTimeout(pc, log)
 	margin, err := optionalDurationEnv(EnvMargin)
 	if err != nil {
-		return Config{}, err
+		return Config{}, nil, err
 	}
 	sleep, err := preStopSleep(spec, log)
 	if err != nil {
-		return Config{}, err
+		return Config{}, nil, err
 	}
 	budget, err := deadline.New(grace, deadline.Config{Logger: log, Margin: margin, PreStopSleep: sleep})
 	if err != nil {
@@ -79,11 +87,11 @@ func ConfigFromEnv() (Config, error) {
 			what = append(what, fmt.Sprintf("a preStop sleep of %v (%s=%q, or the pod's spec)", sleep, EnvPreStopSleep, os.Getenv(EnvPreStopSleep)))
 		}
 		if len(what) == 1 {
-			return Config{}, fmt.Errorf("drain: %s: %w", what[0], err)
+			return Config{}, nil, fmt.Errorf("drain: %s: %w", what[0], err)
 		}
-		return Config{}, fmt.Errorf("drain: %s with %s: %w", strings.Join(what[1:], " and "), what[0], err)
+		return Config{}, nil, fmt.Errorf("drain: %s with %s: %w", strings.Join(what[1:], " and "), what[0], err)
 	}
-	return Config{Budget: budget, Logger: log, Pod: pod, KubeletGrace: kubelet, Pause: pc}, nil
+	return Config{Budget: budget, Logger: log, Pod: pod, KubeletGrace: kubelet, Pause: pc}, spec, nil
 }
 
 // graceSource names where ConfigFromEnv's grace came from, for an error:
@@ -345,7 +353,7 @@ func preStopSleep(spec *podSpec, log *slog.Logger) (time.Duration, error) {
 // ownContainer names this process's container among the pod's: the only
 // one, or the one whose directory of the kubelet this process has mounted
 // (mountedContainer). known is false when neither tells.
-func ownContainer(sleeps map[string]time.Duration) (name string, known bool) {
+func ownContainer[V any](sleeps map[string]V) (name string, known bool) {
 	if len(sleeps) == 1 {
 		for name := range sleeps {
 			return name, true

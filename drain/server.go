@@ -288,10 +288,11 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (_ *Serv
 		return nil, fmt.Errorf("drain: NewServer: srv.Addr %q and %s=%q take the same port: give the preStop hook a port of its own",
 			addr, EnvHookListen, s.hook)
 	}
-	cfg, err := ConfigFromEnv()
+	cfg, spec, err := configFromEnv()
 	if err != nil {
 		return nil, err
 	}
+	sayPreStop(cfg.Logger, spec, hookSite{hook: s.hook, srv: listenAddr(srv), secret: s.secret, local: localIP})
 	budget, pod, grace := cfg.Budget, cfg.Pod, cfg.Budget.Grace()
 	// The HTTP step reserves a fortieth of the grace the kubelet uses,
 	// between 250 ms and 5 s, evaluated whenever the plan reads it: the

@@ -753,16 +753,9 @@ type podObject struct {
 type podSpec struct {
 	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds"`
 	Priority                      *int32 `json:"priority"`
-	Containers                    []struct {
-		Name      string `json:"name"`
-		Lifecycle *struct {
-			PreStop *struct {
-				Sleep *struct {
-					Seconds int64 `json:"seconds"`
-				} `json:"sleep"`
-			} `json:"preStop"`
-		} `json:"lifecycle"`
-	} `json:"containers"`
+	HostNetwork                   bool   `json:"hostNetwork"`
+	// Containers' preStop hooks are read in hooks.go.
+	Containers []podContainer `json:"containers"`
 }
 
 // leastGrace is the least grace the kubelet gives a pod, whatever its spec

@@ -38,6 +38,7 @@ type Pod struct {
 	grace      *int64    // nil: none
 	priority   int32     // spec.priority; zero: absent
 	containers []corev1.Container
+	hostNet    bool // spec.hostNetwork
 	status     int  // non-zero: every request is answered with it
 	hang       bool // every request hangs until its client gives up
 	reads      int
@@ -81,6 +82,9 @@ func (p *Pod) SetPriority(priority int32) { p.set(func() { p.priority = priority
 
 // SetContainers sets the pod's spec.containers.
 func (p *Pod) SetContainers(cs ...corev1.Container) { p.set(func() { p.containers = cs }) }
+
+// SetHostNetwork sets the pod's spec.hostNetwork: the node's network.
+func (p *Pod) SetHostNetwork(on bool) { p.set(func() { p.hostNet = on }) }
 
 // Refuse answers every request from now on with status and a Status
 // (403: RBAC denies the service account, in the authorizer's words; 404
@@ -173,7 +177,7 @@ func (p *Pod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p.priority != 0 {
 			pod.Spec.Priority = new(p.priority)
 		}
-		pod.Spec.Containers = p.containers
+		pod.Spec.Containers, pod.Spec.HostNetwork = p.containers, p.hostNet
 		_ = json.NewEncoder(w).Encode(&pod)
 	case r.Method == http.MethodPost && r.URL.Path == "/apis/events.k8s.io/v1/namespaces/"+p.Namespace+"/events":
 		var ev eventsv1.Event

@@ -76,14 +76,33 @@ func readmeManifest(t *testing.T, api *apiPods) {
 	t.Run("httpGet hook", func(t *testing.T) {
 		pod := readmePod(t, api, "readme-httpget", hookSecret)
 		pod.Spec.Containers[0].Lifecycle.PreStop.HTTPGet.Host = api.nodeAddress(t)
-		rep, _ := api.runREADMEPod(t, pod)
+		var log string
+		rep, _ := api.runManifestPod(t, pod, readmeRun(api, pod, &log))
 		require.NotNil(t, rep.PreStop, "the kubelet's httpGet reached the drain on the pod's address, its header the Secret's value")
+		assert.Contains(t, log, "reaches the hook: the drain starts at its call", "the start read the hook from the pod's spec")
 	})
 	t.Run("exec hook drainhook", func(t *testing.T) {
 		pod := readmePod(t, api, "readme-exec", hookSecret)
 		pod.Spec.Containers[0].Lifecycle.PreStop = readmeExecHook(t)
-		rep, _ := api.runREADMEPod(t, pod)
+		var log string
+		rep, _ := api.runManifestPod(t, pod, readmeRun(api, pod, &log))
 		require.NotNil(t, rep.PreStop, "drainhook reached the drain at DRAINKIT_HOOK_LISTEN with DRAINKIT_HOOK_SECRET, both from the container's environment")
+		assert.Contains(t, log, "the preStop hook runs drainhook")
+	})
+	// An exec hook that calls something else than the drain, as the
+	// seed's loop on GET /sandboxes does (this image has no shell: a
+	// command of podbin's that exits at once): for the kubelet a hook like
+	// any other, and the drain starts only at SIGTERM. The start said
+	// nothing of it; it now says so, from the pod's spec (row 3581).
+	t.Run("exec hook that never calls the drain: said at start", func(t *testing.T) {
+		pod := readmePod(t, api, "readme-execother", hookSecret)
+		pod.Spec.Containers[0].Lifecycle.PreStop = &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/podbin", "probe"}}}
+		var log string
+		rep, _ := api.runManifestPod(t, pod, readmeRun(api, pod, &log))
+		assert.Nil(t, rep.PreStop, "the hook reached the drain")
+		assert.Equal(t, rep.Budget.Start, rep.Budget.SIGTERM, "T0 is SIGTERM")
+		assert.Contains(t, log, "calls neither drainhook nor GET /drain")
+		assert.Contains(t, log, "/podbin probe")
 	})
 	// A manifest whose httpGet hook names the server's own port, the
 	// readiness probe's, where the hook's (DRAINKIT_HOOK_LISTEN) was
@@ -104,6 +123,7 @@ func readmeManifest(t *testing.T, api *apiPods) {
 		assert.Empty(t, hooks, "the kubelet took the server's 404 for the hook's end: nothing in its log")
 		assert.Contains(t, log, "the kubelet's preStop hook came to the server's own address")
 		assert.Contains(t, log, drain.EnvHookListen)
+		assert.Contains(t, log, "never reaches the drain: its port 8080 is the server's own", "said at start, from the pod's spec (row 3580)")
 	})
 	// The hook's port with another path: the hook listener's 404, the same
 	// silence (row 3523).
@@ -127,10 +147,14 @@ func readmeManifest(t *testing.T, api *apiPods) {
 	// without the preStop wait.
 	t.Run("httpGet hook without host on the node's network: never called", func(t *testing.T) {
 		pod := readmePod(t, api, "readme-hostnet", hookSecret)
-		rep, hooks := api.runREADMEPod(t, pod)
+		var log string
+		rep, hooks := api.runManifestPod(t, pod, readmeRun(api, pod, &log))
 		assert.Nil(t, rep.PreStop, "the kubelet called the hook")
 		assert.Equal(t, rep.Budget.Start, rep.Budget.SIGTERM, "T0 is SIGTERM")
 		assert.Contains(t, strings.Join(hooks, "\n"), "failed to find networking container")
+		// Said at start now, from the pod's spec, not only in the
+		// kubelet's log at the drain (row 3580).
+		assert.Contains(t, log, "never reaches the drain: it has no host, and on the node's network (hostNetwork)")
 	})
 }
 

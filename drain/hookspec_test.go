@@ -1,0 +1,88 @@
+package drain
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+)
+
+// Fault (the user's first hour): NewServer read the pod's spec at start
+// (the grace, the priority, the preStop sleeps) but not the preStop hook
+// itself, so a manifest whose hook never reaches the drain ran until the
+// drain with nothing said: the kubelet takes any answer to an httpGet hook
+// for its end (no event, no line in its log), an exec hook that calls
+// something else is a hook that worked, and the drain then starts only at
+// SIGTERM, with no preStop wait, its gate closed only then. The seed's
+// hook is such a one: a shell loop until GET /sandboxes says none is
+// running, which waits out the whole grace and leaves SIGTERM 2 s. The
+// start now says, once, what the container's hook does to the drain, and
+// what to change.
+//
+//	NewServer, the pod's spec read   one line of the preStop hook:
+//	  the seed's exec loop             Warn: calls neither drainhook nor GET /drain
+//	  httpGet on srv's own port        Error: never reaches the drain, the server's own port
+//	  httpGet to the hook, its secret  Info: reaches the hook
+func TestTheStartSaysWhatThePreStopHookDoesToTheDrain(t *testing.T) {
+	const seedLoop = `while true; do n=$(curl -s localhost:8080/sandboxes | jq length); [ "$n" = 0 ] && exit 0; echo "preStop: $n sandbox(es) remaining"; sleep 3; done`
+	cases := []struct {
+		name    string
+		preStop *corev1.LifecycleHandler
+		hostNet bool // the node's network, where an httpGet to 127.0.0.1 reaches the pod's loopback
+		level   string
+		said    []string
+	}{{
+		name:    "the seed's exec loop",
+		preStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", seedLoop}}},
+		level:   "WARN",
+		said:    []string{"calls neither drainhook nor GET /drain", "starts only at SIGTERM", "up to the whole grace", "exec {command: [/drainhook]}"},
+	}, {
+		name: "httpGet on the server's own port",
+		preStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain", Port: intstr.FromString("http"),
+			Host: "127.0.0.1", HTTPHeaders: []corev1.HTTPHeader{{Name: "X-Drain-Secret", Value: "s3cr3t-of-the-test"}}}},
+		hostNet: true,
+		level:   "ERROR",
+		said:    []string{"never reaches the drain", "is the server's own (srv.Addr, 127.0.0.1:8080)", "starts only at SIGTERM", EnvHookListen + "=127.0.0.1:8082"},
+	}, {
+		name: "httpGet to the hook, its secret",
+		preStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain", Port: intstr.FromString("hook"),
+			Host: "127.0.0.1", HTTPHeaders: []corev1.HTTPHeader{{Name: "x-drain-secret", Value: "s3cr3t-of-the-test"}}}},
+		hostNet: true,
+		level:   "INFO",
+		said:    []string{"the preStop httpGet http://127.0.0.1:8082/drain reaches the hook"},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			api := newPodAPI(t)
+			inClusterOf(t, api)
+			t.Setenv(EnvHookSecret, "s3cr3t-of-the-test")
+			t.Setenv(EnvGrace, "30")
+			api.SetGrace(30)
+			api.SetHostNetwork(c.hostNet)
+			api.SetContainers(corev1.Container{Name: "node",
+				Ports:     []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "hook", ContainerPort: 8082}},
+				Lifecycle: &corev1.Lifecycle{PreStop: c.preStop}})
+			logs := logToDefault(t)
+
+			_, err := NewServer(&http.Server{Addr: "127.0.0.1:8080"}, fakesandbox.NewNode())
+			require.NoError(t, err)
+			var lines []string
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, "preStop") && strings.Contains(l, "container=node") {
+					lines = append(lines, l)
+				}
+			}
+			require.Len(t, lines, 1, "one line of the hook, once:\n%s", logs)
+			assert.Contains(t, lines[0], "level="+c.level)
+			for _, s := range c.said {
+				assert.Contains(t, lines[0], s)
+			}
+		})
+	}
+}
