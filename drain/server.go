@@ -247,7 +247,12 @@ func (s *Server) releaseTerm() {
 // when srv.Handler was set after NewServer. A GET /readyz of srv's own, on
 // an *http.ServeMux (http.DefaultServeMux when srv.Handler is nil), answers
 // until the drain begins: a runtime not ready still says so. Behind another
-// Handler the wrapper cannot see one, and answers 200 "ok" itself. Errors name the
+// Handler the wrapper cannot see one, and answers 200 "ok" itself. With the
+// pod's spec read, it says once what the container's preStop hook will do
+// to the drain: at Error an httpGet that never reaches GET /drain on
+// EnvHookListen (which the kubelet would not say: it takes any answer for
+// the hook's end), at Warn an exec hook that calls neither drainhook nor
+// GET /drain, each with what to change. Errors name the
 // variable or argument that is wrong; they come now, not at SIGTERM.
 // From its call SIGTERM is caught for Run (see Run); after an error it has
 // its default action again, unless another Server made waits for its Run.
