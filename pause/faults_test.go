@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -487,6 +489,72 @@ func TestPreserverNotMadeByNewReportsTheSandboxesUnknown(t *testing.T) {
 				_, ok := p.SizeEstimate(1 << 20)
 				assert.False(t, ok)
 				assert.False(t, p.Tighten(start))
+			})
+		})
+	}
+}
+
+// exits is a sandbox whose Preserve ends its goroutine after a second
+// (runtime.Goexit: t.FailNow in a test's Preserve, a library that calls
+// it): at once, from a deferred call of its own panic, or with a deferred
+// call that panics as it goes.
+type exits struct{ how string }
+
+func (exits) ID() string { return "exits" }
+
+func (s exits) Preserve(context.Context) error {
+	time.Sleep(time.Second)
+	switch s.how {
+	case "a deferred call of a panic exits":
+		defer runtime.Goexit()
+		panic("then exits")
+	case "a deferred call of the exit panics":
+		defer func() { panic("as it exits") }()
+	}
+	runtime.Goexit()
+	return nil
+}
+
+// A Preserve that ends its goroutine (runtime.Goexit) has failed its
+// sandbox, as one that panics has: its entry says why, with the stack,
+// in one line at Warn, and its slot goes to the next sandbox. Its worker
+// died with the Preserve and no one settled it: the sandbox after it
+// waited for the slot the dead worker held, and the Run for the hard
+// deadline, which then called the sandbox timed out.
+//
+//	Limit 1; a, exits, c of 1 s each; a minute's phase, 70 s hard
+//	before: a preserved at 1 s; exits' worker gone at 2 s with its slot;
+//	        c not started at 60 s; exits timed out at 70 s, Run back at 70.02 s
+//	now:    exits failed at 2 s (its stack: runtime.Goexit); c preserved by 3 s
+//	the same when the Goexit is a deferred call of the Preserve's panic,
+//	or a deferred call of the Goexit panics (recovered, the Goexit goes on)
+func TestAPreserveThatEndsItsGoroutineFailsItsSandbox(t *testing.T) {
+	for _, how := range []string{"exits", "a deferred call of a panic exits", "a deferred call of the exit panics"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a := &fakesandbox.Sandbox{Name: "a", Latency: time.Second}
+				c := &fakesandbox.Sandbox{Name: "c", Latency: time.Second}
+				listed := false
+				var logs logbuf.Buffer
+				p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+					if listed {
+						return nil, nil
+					}
+					listed = true
+					return []pause.Sandbox{a, exits{how}, c}, nil
+				}), pause.Config{Limit: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+				require.NoError(t, err)
+				rep, took := runFor(t, p, time.Minute, 70*time.Second)
+				assert.Equal(t, 3*time.Second, took)
+				e := entry(t, rep, "exits")
+				assert.Equal(t, pause.Failed, e.Outcome)
+				assert.Equal(t, 2*time.Second, e.End.Sub(rep.Start))
+				assert.Contains(t, e.Error, "runtime.Goexit")
+				assert.Contains(t, e.Stack, "runtime.Goexit")
+				assert.Contains(t, e.Stack, "pause_test.exits.Preserve")
+				assert.Equal(t, 1, e.Attempts, "not retried")
+				assert.Equal(t, 2, rep.Counts[pause.Preserved], "a, and c in the slot exits' worker left")
+				assert.Equal(t, 1, strings.Count(logs.String(), "sandbox=exits"), "one line: %s", logs.String())
 			})
 		})
 	}

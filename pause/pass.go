@@ -285,6 +285,22 @@ func (r *run) worker(ps *pass) {
 	r.sem.Release(1)
 }
 
+// carryOn is worker's loop for the worker of ps whose Preserve ended its
+// goroutine (task.exited): it runs t, taken at now with area0, and the
+// tasks after it, then gives the slot back. Apart from worker, whose
+// frames a call more under every Preserve made outgrow a goroutine's first
+// 2 KiB (TestAWorkerPreservesNoOpsOnItsFirstStack).
+func (r *run) carryOn(ps *pass, now time.Time, t *task, area0 float64) {
+	for t != nil {
+		var keep bool
+		if now, t, area0, keep = t.run(ps, now, area0); !keep {
+			return
+		}
+	}
+	r.workerGone()
+	r.sem.Release(1)
+}
+
 // await waits until the queue is closed and every started preserve of
 // the pass is settled, or until returnSlack after the preserves'
 // contexts ended at the hard deadline: a Preserve that returns as soon

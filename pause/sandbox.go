@@ -28,7 +28,10 @@ type Sandbox interface {
 	// ErrGone (possibly wrapped) when the sandbox no longer exists or is
 	// already preserved. A typed nil error (a nil *T returned as an
 	// error) is not a nil one: the sandbox ends Failed at once, not
-	// retried, its error naming the type.
+	// retried, its error naming the type. One that ends its goroutine
+	// (runtime.Goexit: t.FailNow in a test's Preserve) fails its sandbox
+	// as a panic does, with the stack, not retried, and its slot goes to
+	// the next sandbox.
 	//
 	// ctx.Deadline() is when ctx ends at the latest, so a Preserve can
 	// size its work by it (a request's timeout, a cheaper checkpoint when

@@ -343,6 +343,33 @@ func (t *task) preserve(ps *pass, sb Sandbox, res *result) {
 	*res = t.try(ps, sb)
 }
 
+// exited settles t, a task of ps whose Preserve ended the worker's
+// goroutine with runtime.Goexit (t.FailNow in a test's Preserve, a
+// library that calls it), as Failed, not retried, with the stack, as a
+// panic is: the Report and the line at Warn say why. The worker goes with
+// its goroutine, so a new goroutine takes its slot and the tasks it would
+// have taken. Left to the worker's normal end, nothing settled t nor gave
+// its slot back: the sandboxes after it waited for a slot to the phase
+// deadline, and the Run for the hard deadline, which called t timed out
+// (docs/faults.md row 3620). A task abandoned while it ran is the
+// Report's if it has not been made (returnedLate), and its worker holds
+// no slot.
+func (t *task) exited(ps *pass) {
+	r := ps.r
+	res := result{outcome: Failed, end: time.Now(), stack: string(debug.Stack()),
+		err: fmt.Errorf("pause: Preserve of %s called runtime.Goexit (t.FailNow in a test's Preserve?) instead of returning; not preserved, and not retried", ps.tasks.entry(t).ID)}
+	r.retryEnded(t.attempts.Load() > 1) // a retry began after the first attempt failed (try)
+	if x := ps.tasks.extra(t); x != nil && x.watch != nil {
+		x.watch.Stop()
+	}
+	ok, next, area0 := t.settle(ps, &res, true, 0) // area0: a failure is no sample of the level
+	if !ok {
+		t.returnedLate(ps, &res)
+		return
+	}
+	go r.carryOn(ps, res.end, next, area0)
+}
+
 // try calls Preserve of sb, the sandbox of t, a task of ps, until it
 // succeeds, fails permanently, or no retry fits before the task's
 // deadline.
@@ -351,10 +378,9 @@ func (t *task) try(ps *pass, sb Sandbox) result {
 	var before error // the failure the attempt running was made again after
 	r := ps.r
 	ctx := t.ctx(ps)
-	id := ps.tasks.entry(t).ID
 	for {
 		t.attempts.Add(1)
-		stack, err := call(ctx, sb, id)
+		stack, err := t.call(ps, ctx, sb)
 		if err == nil {
 			// Apart from ended, whose frame (the failures' cases) under
 			// this one passes what a worker's first 2 KiB stack leaves: a
@@ -498,30 +524,39 @@ func (t *task) retryWait(r *run, ctx context.Context, d time.Duration, err error
 	return false, nil
 }
 
-// call runs one attempt of the Preserve of sb, whose ID is id, and turns a
-// panic into an error and its stack, and a typed nil error into a
-// permanent one (nilInError). An error whose Error or Unwrap panics (a
+// call runs one attempt of the Preserve of sb, the sandbox of t, a task
+// of ps, and turns a panic into an error and its stack, and a typed nil
+// error into a permanent one (nilInError). A Preserve that ends the
+// worker's goroutine (runtime.Goexit, from a deferred call of its panic
+// too) is settled as the goroutine goes (exited). An error whose Error or Unwrap panics (a
 // client's error that reads a field of an answer that never came) is
 // the Preserve's panic, met here: met later, on the worker outside this
 // recover (the Report's entry, errors.Is), it ended the process.
 //
 // Its recover runs only when Preserve did not return (see returned).
-func call(ctx context.Context, sb Sandbox, id string) (stack string, err error) {
+func (t *task) call(ps *pass, ctx context.Context, sb Sandbox) (stack string, err error) {
 	returned := false
 	defer func() {
 		if returned {
 			return
 		}
 		if v := recover(); v != nil {
-			err = fmt.Errorf("pause: Preserve of %s panicked: %v", id, v)
+			err = fmt.Errorf("pause: Preserve of %s panicked: %v", ps.tasks.entry(t).ID, v)
 			stack = string(debug.Stack())
+			if !strings.Contains(stack, "\nruntime.Goexit(") {
+				return
+			}
+			// A deferred call of a runtime.Goexit panicked: the Goexit goes
+			// on once its panic is recovered, and call does not return.
 		}
+		t.exited(ps) // runtime.Goexit: recover finds no panic
 	}()
 	err = sb.Preserve(ctx)
 	returned = true
 	if err == nil {
 		return "", nil
 	}
+	id := ps.tasks.entry(t).ID
 	if usererr.IsNil(err) { // its name is made only then: no allocation per sandbox
 		return "", nilInError(err, "Preserve of "+id, "not counted preserved, and not retried")
 	}
