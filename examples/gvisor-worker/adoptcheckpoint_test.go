@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -65,6 +66,68 @@ func TestRestartedWorkerRecordsTheCheckpointItsPredecessorLeftRunning(t *testing
 		return strings.Contains(nextLog.String(), "worker serving") || strings.Contains(nextLog.String(), sandbox.MsgAwaitingCheckpoint)
 	}, 30*time.Second, 10*time.Millisecond, "the new worker neither serves nor waits: %s", nextLog)
 	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
+	require.Eventually(t, func() bool { return strings.Contains(nextLog.String(), "worker serving") },
+		60*time.Second, 10*time.Millisecond, "the new worker did not start: %s", nextLog)
+	t.Logf("new worker:\n%s", nextLog)
+	list, err := dial(t, sock).List(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, []SandboxReply{{ID: id, State: sandbox.Paused}}, list.Sandboxes, "the sandbox its predecessor's checkpoint saved is not listed paused")
+	saved, err := rs.Bundle(id).Counter()
+	require.NoError(t, err)
+	_, err = dial(t, sock).Restore(context.Background(), id)
+	require.NoError(t, err, "%s", nextLog)
+	waitCount(t, rs.Bundle(id), saved+1)
+}
+
+// Fault (a review of row 3422): the new worker waited only for a checkpoint its
+// predecessor left running that still ran as it started. One that ended before (the
+// save of a small sandbox takes a second; a supervisor restarts the worker a while
+// after its exit) left the sandbox stopped, its image whole and no record: the sweep
+// took it for one lost running and deleted it, image and all, the sandbox lost. The
+// worker that gives up on a checkpoint at its exit now marks the sandbox in its bundle,
+// and the next worker judges what the checkpoint left whether it still runs or not.
+//
+//	old worker: one sandbox; SIGTERM; its checkpoint held past the hard deadline
+//	            exits 1 at SIGKILL - 250 ms, the runsc checkpoint still running
+//	            the checkpoint ends: the image written, the sandbox stopped
+//	new worker: starts on the directory
+//	            before: sweeps the sandbox (runsc delete -force, its image removed): lost
+//	            after: lists it paused; restored, its counter goes on
+func TestRestartedWorkerRecordsTheCheckpointItsPredecessorLeftThatEndedBeforeIt(t *testing.T) {
+	dir := runscConfig(t).StateDir
+	sock := filepath.Join(dir, "worker.sock")
+	d := runscDir{t: t, dir: t.TempDir()}
+	slowRunsc(t, d.dir)
+	start := func() (*pid1test.Process, *logbuf.Buffer) {
+		cmd := exec.Command(os.Args[0], "-state-dir", dir, "-runtime", "runsc", "-grace", earlyGrace.String(), "-concurrency", "1")
+		cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0", "PATH="+d.dir+":"+os.Getenv("PATH"))
+		var stderr logbuf.Buffer
+		cmd.Stderr = &stderr
+		return pid1test.Start(t, cmd), &stderr
+	}
+	rs := sandbox.NewRunsc(filepath.Join(dir, "runsc"))
+	t.Cleanup(func() { _ = rs.Runtime.DeleteAll(context.Background()) })
+	old, oldLog := start()
+	waitSocket(t, sock, oldLog)
+	r, err := dial(t, sock).Run(context.Background(), &RunRequest{TimeoutS: 600})
+	require.NoError(t, err, "%s", oldLog)
+	id := r.ID
+	waitCount(t, rs.Bundle(id), 2)
+	d.mark("hold", id, "")
+	t.Cleanup(func() { os.Remove(filepath.Join(d.dir, "hold-"+id)) })
+	require.NoError(t, old.Cmd.Process.Signal(syscall.SIGTERM))
+	require.Error(t, old.Wait(t, 30*time.Second, "the old worker did not exit: %s", oldLog), "exit status 0 with its checkpoint left running: %s", oldLog)
+	require.Contains(t, oldLog.String(), "checkpoints the drain abandoned still running", "%s", oldLog)
+
+	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
+	require.Eventually(t, func() bool {
+		calls, _ := os.ReadFile(filepath.Join(d.dir, "calls"))
+		return slices.Contains(strings.Split(string(calls), "\n"), "checkpointed "+id)
+	},
+		60*time.Second, 20*time.Millisecond, "the checkpoint the old worker left running did not end")
+	require.Empty(t, rs.Runtime.CheckpointClients(id), "a checkpoint client still runs")
+
+	_, nextLog := start()
 	require.Eventually(t, func() bool { return strings.Contains(nextLog.String(), "worker serving") },
 		60*time.Second, 10*time.Millisecond, "the new worker did not start: %s", nextLog)
 	t.Logf("new worker:\n%s", nextLog)

@@ -1058,6 +1058,8 @@ func (w *Worker) awaitAbandoned() error {
 	if !w.untilOrKill(w.stops.whenIdle()) {
 		left := w.stops.inFlight()
 		slices.Sort(left)
+		// The next worker judges what they save even once they have ended (row 3540).
+		w.node.MarkCheckpointsLeft(left)
 		err := fmt.Errorf("checkpoints the drain abandoned still running %v before SIGKILL, after %v: %v; the worker exits without them, and a sandbox whose checkpoint has not ended is lost",
 			abandonedExitLead, time.Since(start).Round(time.Millisecond), left)
 		w.logger.Error("the checkpoints the drain abandoned did not end before SIGKILL: releasing the state directory without them", "ids", left, "error", err)

@@ -23,6 +23,31 @@ type checkpointAdopter interface {
 	// process runs, and reports whether one ran; when it made an image, it returns it,
 	// durable, with the sandbox's timeout.
 	adoptCheckpoint(ctx context.Context, id string, logger *slog.Logger) (image string, timeoutS int, found bool, err error)
+	// markCheckpointLeft marks sandbox id as one whose checkpoint this process leaves
+	// running at its exit, for the next server to judge what it saved even once it has
+	// ended; adopted removes the mark once that is recorded.
+	markCheckpointLeft(id string) error
+	adopted(id string) error
+}
+
+// MarkCheckpointsLeft marks the sandboxes ids, whose checkpoints this server leaves
+// running as it exits (gvisor-worker's wait for those its drain abandoned gave up), for
+// the next server's AdoptCheckpoints: one that ended before that server started had left
+// the sandbox stopped, its image whole and no record, and, its client no longer running,
+// SweepOrphans took it for one lost running and deleted it, image and all. A mark that
+// cannot be written is said at ERROR: that sandbox is then adopted only while its
+// checkpoint still runs. Call it holding the state directory's lock.
+func (n *Node) MarkCheckpointsLeft(ids []string) {
+	rt, ok := n.rt.(checkpointAdopter)
+	if !ok {
+		return
+	}
+	for _, id := range ids {
+		if err := rt.markCheckpointLeft(id); err != nil {
+			n.logger.Error("the checkpoint left running at exit not marked: the next server records what it saves only if it still runs as that server starts",
+				"id", id, "error", err)
+		}
+	}
 }
 
 // A timeoutKeeper is a Runtime that keeps each sandbox's timeout beside it on disk, for
@@ -43,7 +68,9 @@ const MsgAwaitingCheckpoint = "a checkpoint of a sandbox without a record still 
 // until its checkpoint ends; SweepOrphans took it for one lost running and force-deleted
 // it mid-save, the sandbox lost. Among the sandboxes SweepOrphans would take (not listed,
 // no record file in recordsDir), it waits for each such checkpoint (a WARN,
-// MsgAwaitingCheckpoint), then judges what it left as runsc's Checkpoint judges one whose
+// MsgAwaitingCheckpoint), and takes one that has ended already for such a checkpoint
+// when the server that left it marked its sandbox (MarkCheckpointsLeft); it then judges
+// what each left as runsc's Checkpoint judges one whose
 // client was killed: one made is recorded and listed paused, with the timeout the sandbox
 // was created with; one not made is said at ERROR and left to SweepOrphans. Its error is
 // ctx's, when ctx ended a wait (the server's own SIGTERM): the sandbox is then left as it
@@ -91,6 +118,11 @@ func (n *Node) adopt(id, image string, timeoutS int, logger *slog.Logger) {
 	} else {
 		logger.Info("recorded the sandbox a checkpoint left running by a server before this one saved: listed paused", "id", id, "timeout_s", timeoutS)
 	}
+	if e.unrecorded == nil {
+		if err := n.rt.(checkpointAdopter).adopted(id); err != nil {
+			logger.Warn("the mark of a checkpoint left running by a server before this one not removed", "id", id, "error", err)
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.sbs[id] = e
@@ -119,17 +151,43 @@ func (r *Runsc) keptTimeout(id string) (int, error) {
 	return s, nil
 }
 
+// checkpointLeftFile is the file in a runsc sandbox's bundle that marks its checkpoint
+// as left running by a server at its exit (markCheckpointLeft).
+const checkpointLeftFile = "checkpoint_left"
+
+// markCheckpointLeft writes sandbox id's checkpointLeftFile, durably.
+func (r *Runsc) markCheckpointLeft(id string) error {
+	return durable.WriteFile(r.checkpointLeft(id), nil, 0o600)
+}
+
+// adopted removes sandbox id's checkpointLeftFile: its image is recorded, and a mark
+// left would have a later sweep judge that image again once the sandbox, resumed from
+// it, had run on.
+func (r *Runsc) adopted(id string) error { return removePresent(r.checkpointLeft(id)) }
+
+func (r *Runsc) checkpointLeft(id string) string {
+	return filepath.Join(r.Bundle(id).Dir, checkpointLeftFile)
+}
+
 // adoptCheckpoint waits for the runsc checkpoint clients of sandbox id that run now
 // (another process's: runsc.Runtime.CheckpointClients), then judges what they left
 // (runsc.Runtime.CheckpointLeft) as Pause would: an image that holds the exiting tasks
 // alone saved a workload that exited (removed, with ErrDied); a made one is made durable
-// and returned with the sandbox's kept timeout.
+// and returned with the sandbox's kept timeout. A sandbox marked by the server that left
+// its checkpoint running (markCheckpointLeft) is judged so when none runs any more too:
+// that checkpoint ended before this server started.
 func (r *Runsc) adoptCheckpoint(ctx context.Context, id string, logger *slog.Logger) (string, int, bool, error) {
 	pids := r.Runtime.CheckpointClients(id)
-	if len(pids) == 0 {
+	_, err := os.Stat(r.checkpointLeft(id))
+	marked := err == nil
+	if len(pids) == 0 && !marked {
 		return "", 0, false, nil
 	}
-	logger.Warn(MsgAwaitingCheckpoint, "id", id, "pids", pids)
+	if len(pids) > 0 {
+		logger.Warn(MsgAwaitingCheckpoint, "id", id, "pids", pids)
+	} else {
+		logger.Info("a checkpoint a server before this one left running has ended: recording what it saved", "id", id)
+	}
 	if _, err := r.Runtime.AwaitCheckpointClients(ctx, id); err != nil {
 		return "", 0, true, err
 	}

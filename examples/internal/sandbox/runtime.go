@@ -806,6 +806,11 @@ func (r *Runsc) Resume(ctx context.Context, id, image string) error {
 	if err := r.Runtime.Delete(ctx, id, true); err != nil && !errors.Is(err, runsc.ErrNotExist) {
 		return err
 	}
+	// Restored, the sandbox leaves its image behind: a mark of the checkpoint that wrote
+	// it (markCheckpointLeft, kept when its record could not be written) would have the
+	// next server take that stale image for a save of the sandbox, lost running since. A
+	// mark that cannot be removed has the image judged, as before the mark.
+	_ = r.adopted(id)
 	return r.Runtime.Restore(ctx, id, r.Bundle(id), image, r.log(id))
 }
 
