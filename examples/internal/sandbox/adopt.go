@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -34,9 +35,11 @@ type checkpointAdopter interface {
 // running as it exits (gvisor-worker's wait for those its drain abandoned gave up), for
 // the next server's AdoptCheckpoints: one that ended before that server started had left
 // the sandbox stopped, its image whole and no record, and, its client no longer running,
-// SweepOrphans took it for one lost running and deleted it, image and all. A mark that
-// cannot be written is said at ERROR: that sandbox is then adopted only while its
-// checkpoint still runs. Call it holding the state directory's lock.
+// SweepOrphans took it for one lost running and deleted it, image and all. The mark
+// counts only for a server in this PID namespace (markedHere): a new pod's finds the
+// sandbox's save cut by the end of the last pod's. A mark that cannot be written is said
+// at ERROR: that sandbox is then adopted only while its checkpoint still runs. Call it
+// holding the state directory's lock.
 func (n *Node) MarkCheckpointsLeft(ids []string) {
 	rt, ok := n.rt.(checkpointAdopter)
 	if !ok {
@@ -165,6 +168,19 @@ func (r *Runsc) markCheckpointLeft(id string) error {
 // it, had run on.
 func (r *Runsc) adopted(id string) error { return removePresent(r.checkpointLeft(id)) }
 
+// markedHere reports whether sandbox id is marked as left checkpointing
+// (markCheckpointLeft) and its container is known to this PID namespace's runsc: the
+// checkpoint ran here, where its sandbox goes on saving whatever becomes of its server.
+// One of another namespace (a pod's, which SIGKILL ended) was cut with its sandbox, and
+// a save cut between two of its writes ends on a whole chunk: judged, it was recorded.
+func (r *Runsc) markedHere(ctx context.Context, id string) bool {
+	if _, err := os.Stat(r.checkpointLeft(id)); err != nil {
+		return false
+	}
+	_, err := r.Runtime.State(ctx, id)
+	return !errors.Is(err, runsc.ErrNotExist)
+}
+
 func (r *Runsc) checkpointLeft(id string) string {
 	return filepath.Join(r.Bundle(id).Dir, checkpointLeftFile)
 }
@@ -178,9 +194,7 @@ func (r *Runsc) checkpointLeft(id string) string {
 // that checkpoint ended before this server started.
 func (r *Runsc) adoptCheckpoint(ctx context.Context, id string, logger *slog.Logger) (string, int, bool, error) {
 	pids := r.Runtime.CheckpointClients(id)
-	_, err := os.Stat(r.checkpointLeft(id))
-	marked := err == nil
-	if len(pids) == 0 && !marked {
+	if len(pids) == 0 && !r.markedHere(ctx, id) {
 		return "", 0, false, nil
 	}
 	if len(pids) > 0 {
