@@ -141,3 +141,68 @@ func TestRestartedWorkerRecordsTheCheckpointItsPredecessorLeftThatEndedBeforeIt(
 	require.NoError(t, err, "%s", nextLog)
 	waitCount(t, rs.Bundle(id), saved+1)
 }
+
+// Fault (a review of row 3422): the new worker waited without bound for a checkpoint its
+// predecessor left running, before it served: one that hangs (a stuck gofer, a hung
+// images volume; runsc checkpoint has no bound of its own) held the worker from serving
+// for ever, every sandbox of the node refused, where before row 3422 it swept the sandbox
+// and served. The wait now ends after the worker's grace: the sandbox is left as it is,
+// neither recorded nor swept, marked for the worker after this one to judge, and the
+// worker serves.
+//
+//	old worker:   one sandbox; SIGTERM; its checkpoint held past its exit
+//	new worker:   waits for that checkpoint, still held
+//	              before: never serves; after: serves once its grace (8 s) has passed,
+//	              the sandbox not listed, its bundle kept
+//	the checkpoint ends; the new worker exits
+//	third worker: lists the sandbox paused
+func TestRestartedWorkerServesWhenTheCheckpointItsPredecessorLeftHangs(t *testing.T) {
+	dir := runscConfig(t).StateDir
+	sock := filepath.Join(dir, "worker.sock")
+	d := runscDir{t: t, dir: t.TempDir()}
+	slowRunsc(t, d.dir)
+	start := func() (*pid1test.Process, *logbuf.Buffer) {
+		cmd := exec.Command(os.Args[0], "-state-dir", dir, "-runtime", "runsc", "-grace", earlyGrace.String(), "-concurrency", "1")
+		cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0", "PATH="+d.dir+":"+os.Getenv("PATH"))
+		var stderr logbuf.Buffer
+		cmd.Stderr = &stderr
+		return pid1test.Start(t, cmd), &stderr
+	}
+	rs := sandbox.NewRunsc(filepath.Join(dir, "runsc"))
+	t.Cleanup(func() { _ = rs.Runtime.DeleteAll(context.Background()) })
+	old, oldLog := start()
+	waitSocket(t, sock, oldLog)
+	r, err := dial(t, sock).Run(context.Background(), &RunRequest{TimeoutS: 600})
+	require.NoError(t, err, "%s", oldLog)
+	id := r.ID
+	waitCount(t, rs.Bundle(id), 2)
+	d.mark("hold", id, "")
+	t.Cleanup(func() { os.Remove(filepath.Join(d.dir, "hold-"+id)) })
+	require.NoError(t, old.Cmd.Process.Signal(syscall.SIGTERM))
+	require.Error(t, old.Wait(t, 30*time.Second, "the old worker did not exit: %s", oldLog), "exit status 0 with its checkpoint left running: %s", oldLog)
+
+	next, nextLog := start()
+	require.Eventually(t, func() bool { return strings.Contains(nextLog.String(), sandbox.MsgAwaitingCheckpoint) },
+		30*time.Second, 10*time.Millisecond, "the new worker does not wait for the checkpoint: %s", nextLog)
+	waiting := time.Now()
+	require.Eventually(t, func() bool { return strings.Contains(nextLog.String(), "worker serving") },
+		earlyGrace+20*time.Second, 10*time.Millisecond, "the new worker, waiting for a checkpoint that hangs, never serves: %s", nextLog)
+	t.Logf("new worker served %v after it began to wait:\n%s", time.Since(waiting).Round(time.Millisecond), nextLog)
+	list, err := dial(t, sock).List(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, list.Sandboxes, "a sandbox mid-save listed")
+	require.DirExists(t, rs.Bundle(id).Dir, "the sandbox mid-save swept")
+	require.NotEmpty(t, rs.Runtime.CheckpointClients(id), "the checkpoint that hangs was stopped")
+
+	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
+	require.Eventually(t, func() bool { return len(rs.Runtime.CheckpointClients(id)) == 0 },
+		60*time.Second, 10*time.Millisecond, "the checkpoint did not end")
+	require.NoError(t, next.Cmd.Process.Signal(syscall.SIGTERM))
+	_ = next.Wait(t, 30*time.Second, "the new worker did not exit: %s", nextLog)
+	_, thirdLog := start()
+	require.Eventually(t, func() bool { return strings.Contains(thirdLog.String(), "worker serving") },
+		60*time.Second, 10*time.Millisecond, "the third worker did not start: %s", thirdLog)
+	list, err = dial(t, sock).List(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, []SandboxReply{{ID: id, State: sandbox.Paused}}, list.Sandboxes, "the sandbox the checkpoint saved is not listed paused: %s", thirdLog)
+}

@@ -635,9 +635,10 @@ func (w *Worker) open() (err error) {
 	// A checkpoint the last worker left running at its exit (its wait for the ones its
 	// drain abandoned gave up) saves a sandbox that has no record yet: waited for and
 	// recorded, not swept mid-save (row 3422). Its own SIGTERM ends the wait, the start
-	// failed and nothing swept.
+	// failed and nothing swept; so does its grace, after which one that hangs is left
+	// to the next worker and this one serves (row 3542).
 	adoptCtx, stopAdopt := w.signals.Context(context.Background())
-	err = w.node.AdoptCheckpoints(adoptCtx, filepath.Join(w.cfg.StateDir, "records"), w.logger)
+	err = w.node.AdoptCheckpoints(adoptCtx, filepath.Join(w.cfg.StateDir, "records"), w.cfg.Grace, w.logger)
 	stopAdopt()
 	if err != nil {
 		return err

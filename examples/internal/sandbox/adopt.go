@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/runsc"
@@ -77,10 +78,16 @@ const MsgAwaitingCheckpoint = "a checkpoint of a sandbox without a record still 
 // client was killed: one made is recorded and listed paused, with the timeout the sandbox
 // was created with; one not made is said at ERROR and left to SweepOrphans. Its error is
 // ctx's, when ctx ended a wait (the server's own SIGTERM): the sandbox is then left as it
-// is, neither recorded nor swept, and the server must not sweep. Call it once NewNode has
-// loaded the records, before SweepOrphans, holding the state directory's lock. logger
-// nil: the node's.
-func (n *Node) AdoptCheckpoints(ctx context.Context, recordsDir string, logger *slog.Logger) error {
+// is, neither recorded nor swept, and the server must not sweep.
+//
+// The waits end within (0: no bound) of the call: runsc checkpoint has no bound of its
+// own (a stuck gofer, a hung images volume), and one that hangs held the server from
+// serving for ever, every sandbox of the node refused. A sandbox whose checkpoint still
+// runs then is left as it is, neither recorded nor swept (SweepOrphans passes it over),
+// and marked (MarkCheckpointsLeft) for the next server to judge what it saved; a WARN
+// says so. Call it once NewNode has loaded the records, before SweepOrphans, holding the
+// state directory's lock. logger nil: the node's.
+func (n *Node) AdoptCheckpoints(ctx context.Context, recordsDir string, within time.Duration, logger *slog.Logger) error {
 	if logger == nil {
 		logger = n.logger
 	}
@@ -92,13 +99,22 @@ func (n *Node) AdoptCheckpoints(ctx context.Context, recordsDir string, logger *
 	if err != nil {
 		return nil // SweepOrphans says so, and removes nothing
 	}
+	wctx := ctx
+	if within > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeoutCause(ctx, within, errStillCheckpointing)
+		defer cancel()
+	}
 	for _, id := range slices.Sorted(maps.Keys(orphans)) {
-		image, timeoutS, found, err := rt.adoptCheckpoint(ctx, id, logger)
+		image, timeoutS, found, err := rt.adoptCheckpoint(wctx, id, logger)
 		switch {
 		case !found:
 			continue
 		case ctx.Err() != nil:
 			return fmt.Errorf("waiting for the checkpoint of %s a server before this one left running: %w", id, err)
+		case wctx.Err() != nil:
+			n.leaveCheckpointing(id, within, err, logger)
+			continue
 		case err != nil:
 			logger.Error("the checkpoint a server before this one left running did not save its sandbox: lost; what it left is swept",
 				"id", id, "error", err)
@@ -107,6 +123,23 @@ func (n *Node) AdoptCheckpoints(ctx context.Context, recordsDir string, logger *
 		n.adopt(id, image, timeoutS, logger)
 	}
 	return nil
+}
+
+// errStillCheckpointing ends AdoptCheckpoints's waits at their bound.
+var errStillCheckpointing = errors.New("the checkpoint still runs at the end of the wait for it")
+
+// leaveCheckpointing has SweepOrphans pass over sandbox id, whose checkpoint AdoptCheckpoints
+// stopped waiting for after within (err), and marks it for the next server to judge.
+func (n *Node) leaveCheckpointing(id string, within time.Duration, err error, logger *slog.Logger) {
+	logger.Warn("a checkpoint a server before this one left running still runs: the sandbox is left as it is, neither recorded nor swept, for the next server to record what it saves",
+		"id", id, "waited", within, "error", err)
+	n.mu.Lock()
+	if n.checkpointing == nil {
+		n.checkpointing = map[string]bool{}
+	}
+	n.checkpointing[id] = true
+	n.mu.Unlock()
+	n.MarkCheckpointsLeft([]string{id})
 }
 
 // adopt lists sandbox id paused in image, with timeoutS, and writes its record; one whose
@@ -158,9 +191,12 @@ func (r *Runsc) keptTimeout(id string) (int, error) {
 // as left running by a server at its exit (markCheckpointLeft).
 const checkpointLeftFile = "checkpoint_left"
 
-// markCheckpointLeft writes sandbox id's checkpointLeftFile, durably.
+// markCheckpointLeft writes sandbox id's checkpointLeftFile. Not fsynced: it is written
+// in the last 250 ms before SIGKILL (gvisor-worker's abandonedExitLead), which fsyncs
+// behind a checkpoint's writeback would spend, and it need only outlive the process: a
+// host that goes down takes the sandbox, and its save, with it.
 func (r *Runsc) markCheckpointLeft(id string) error {
-	return durable.WriteFile(r.checkpointLeft(id), nil, 0o600)
+	return os.WriteFile(r.checkpointLeft(id), nil, 0o600)
 }
 
 // adopted removes sandbox id's checkpointLeftFile: its image is recorded, and a mark

@@ -31,7 +31,7 @@ func TestMarkedCheckpointOfAnotherPIDNamespaceIsSweptNotRecorded(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(rt.Image(id), runsc.ImageFile), []byte("whole as far as can be told"), 0o600))
 	records := filepath.Join(rt.Dir, "records")
 
-	require.NoError(t, n.AdoptCheckpoints(context.Background(), records, nil))
+	require.NoError(t, n.AdoptCheckpoints(context.Background(), records, 0, nil))
 	assert.Empty(t, n.List(), "a save its namespace's end cut was recorded")
 	n.SweepOrphans(records, nil)
 	assert.NoDirExists(t, rt.Image(id))

@@ -13,7 +13,7 @@
 //	st, _ := store.Open(recordsDir)
 //	node, problems, err := sandbox.NewNode(rt, st, logger) // paused records come back paused
 //	defer node.Close()
-//	err = node.AdoptCheckpoints(ctx, recordsDir, logger)    // records what checkpoints a server before this one left running save
+//	err = node.AdoptCheckpoints(ctx, recordsDir, time.Minute, logger) // records what checkpoints a server before this one left running save
 //	node.SweepOrphans(recordsDir, logger)                   // what pauses SIGKILL cut left, under the lock
 //	info, err := node.Create(ctx, 3600)                      // running, times out in an hour
 //	preserver, err := pause.New(pause.ListFunc(node.Running), pause.Config{}) // pauses what runs, in parallel

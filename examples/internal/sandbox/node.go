@@ -98,7 +98,11 @@ type Node struct {
 	// timingOut holds the sandboxes whose timeout is in progress (its delete), for
 	// CloseWithin's error.
 	timingOut map[string]bool
-	ids       *mrand.Rand // SeedIDs's generator; nil: crypto/rand
+	// checkpointing holds the sandboxes whose checkpoint, left running by a server
+	// before this one, AdoptCheckpoints stopped waiting for: SweepOrphans passes them
+	// over.
+	checkpointing map[string]bool
+	ids           *mrand.Rand // SeedIDs's generator; nil: crypto/rand
 }
 
 // NewNode returns a Node over rt whose paused sandboxes are the good records in st, and the

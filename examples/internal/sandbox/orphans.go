@@ -75,6 +75,9 @@ func (n *Node) SweepOrphans(recordsDir string, logger *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for id := range orphans {
+		if n.stillCheckpointing(id) {
+			continue // AdoptCheckpoints said so
+		}
 		if err := n.rt.Destroy(ctx, id); err != nil {
 			logger.Warn("what a sandbox without a record left could not be removed", "id", id, "error", err)
 			continue
@@ -112,4 +115,12 @@ func (n *Node) orphans(recordsDir string) (map[string]bool, error) {
 	}
 	n.mu.Unlock()
 	return orphans, nil
+}
+
+// stillCheckpointing reports whether AdoptCheckpoints left sandbox id, its checkpoint
+// still running.
+func (n *Node) stillCheckpointing(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.checkpointing[id]
 }
