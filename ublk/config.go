@@ -198,6 +198,7 @@ type config struct {
 	openControl    func(ctx context.Context) (ublkctl.Controller, error) // nil: no control fallback
 	beforeProcess  func(dir string)                                      // the holders scan's test hook
 	beforeCharRead func(dir string)                                      // the whose pass's walk's test hook (a slow procfs)
+	beforeSysfs    func(path string)                                     // called before each read of a device in sysfs (sysfs): this package's tests' slow sysfs
 	beforeRequest  func()                                                // called as the daemon is asked to stop (internal/ublkstep)
 	stopNote       func() string                                         // ends the Report's Note before it is logged (internal/ublkstep)
 	logger         *slog.Logger

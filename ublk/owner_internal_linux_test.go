@@ -119,7 +119,7 @@ func TestOthersDevicesTellsADeviceNoProcessHereServes(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, proc, tree)
 			}
-			devs, err := scanDevices(tree.Root)
+			devs, err := scanDevices(sysfs{root: tree.Root})
 			require.NoError(t, err)
 			others, untold := othersDevices(t.Context(), tree.Root, proc, devs, tc.daemon, nil, nil)
 			assert.Empty(t, untold, "a pass not cut short tells every device")

@@ -552,7 +552,7 @@ func (r *run) withDisks(devs []Device) []Device {
 func (r *run) add(devs ...Device) []*devState {
 	for _, d := range devs {
 		r.rep.Devices = append(r.rep.Devices, DeviceReport{ID: d.ID, Initial: d, Final: d, InflightBefore: d.Inflight, InflightAfter: d.Inflight})
-		r.dev = append(r.dev, &devState{cur: d, inflight: d.Inflight, entry: charEntry(r.cfg.sysRoot, d.ID), seen: d.Present(), readAt: time.Now()})
+		r.dev = append(r.dev, &devState{cur: d, inflight: d.Inflight, entry: charEntry(r.sysfs(), d.ID), seen: d.Present(), readAt: time.Now()})
 	}
 	for i, d := range r.dev { // the append may have moved the reports
 		d.rep = &r.rep.Devices[i]
@@ -612,7 +612,7 @@ func (r *run) untrackedDevices() ([]Device, error) {
 	ids, err := r.untracked()
 	var devs []Device
 	for _, id := range ids {
-		d, rerr := readDevice(r.cfg.sysRoot, id)
+		d, rerr := readDevice(r.sysfs(), id)
 		if rerr != nil {
 			err = errors.Join(err, rerr)
 			continue
@@ -630,7 +630,7 @@ func (r *run) untrackedDevices() ([]Device, error) {
 // the drain) was passed over by the look before the kill (servesMore),
 // and the daemon was killed serving it live.
 func (r *run) untracked() ([]int, error) {
-	ids, err := listDevices(r.cfg.sysRoot)
+	ids, err := listDevices(r.sysfs())
 	return slices.DeleteFunc(ids, func(id int) bool { return r.tracks(id, false) }), err
 }
 
@@ -742,10 +742,10 @@ func (r *run) findNew() {
 		if r.tracks(id, true) {
 			continue // the ID of a device of the step's that went: another's now, as refresh has it
 		}
-		if e, ok := r.others[id]; ok && e != 0 && e == charEntry(r.cfg.sysRoot, id) {
+		if e, ok := r.others[id]; ok && e != 0 && e == charEntry(r.sysfs(), id) {
 			continue
 		}
-		if d, err := readDevice(r.cfg.sysRoot, id); err == nil && d.Disk {
+		if d, err := readDevice(r.sysfs(), id); err == nil && d.Disk {
 			fresh = append(fresh, d)
 		}
 	}
@@ -765,11 +765,11 @@ func (r *run) findNew() {
 // every ublk device, another server's too (take leaves those out).
 func (r *run) findDevices() ([]Device, error) {
 	if r.cfg.ids == nil {
-		return scanDevices(r.cfg.sysRoot)
+		return scanDevices(r.sysfs())
 	}
 	var devs []Device
 	for _, id := range r.cfg.ids {
-		d, err := readDevice(r.cfg.sysRoot, id)
+		d, err := readDevice(r.sysfs(), id)
 		if err != nil {
 			return nil, err
 		}
@@ -822,10 +822,13 @@ func (r *run) leaveAlone(d Device, why string) {
 	if r.others == nil {
 		r.others = map[int]uint64{}
 	}
-	r.others[d.ID] = charEntry(r.cfg.sysRoot, d.ID)
+	r.others[d.ID] = charEntry(r.sysfs(), d.ID)
 	r.rep.Note = joinNote(r.rep.Note, d.DiskName()+": "+why)
 	r.cfg.logger.InfoContext(r.ctx, "ublk: another server's device left alone", "device", d.DiskName(), "why", why)
 }
+
+// sysfs is the sysfs tree the step reads its devices from.
+func (r *run) sysfs() sysfs { return sysfs{root: r.cfg.sysRoot, before: r.cfg.beforeSysfs} }
 
 // refresh re-reads every device and records disappearances, and the
 // appearance of a listed device not in sysfs before; it makes the step's
@@ -841,13 +844,13 @@ func (r *run) refresh() {
 		if d.gone {
 			continue
 		}
-		next, err := readDevice(r.cfg.sysRoot, d.cur.ID)
+		next, e, err := pollDevice(r.sysfs(), d.cur.ID)
 		if err != nil {
 			d.readErr = err // keep the last state; a transient read error is not a change
 			continue
 		}
 		d.readAt, d.readErr = now, nil
-		if e := charEntry(r.cfg.sysRoot, d.cur.ID); next.Char && d.entry != 0 && e != 0 && e != d.entry {
+		if next.Char && d.entry != 0 && e != 0 && e != d.entry {
 			// Another device has its ID: this one was deleted and the
 			// kernel gave the ID to the next ADD_DEV (another server's,
 			// a new pod's). Taken for this one, it was waited for, and
@@ -874,7 +877,7 @@ func (r *run) refresh() {
 		}
 		if !d.seen && next.Present() {
 			d.seen = true
-			d.entry = charEntry(r.cfg.sysRoot, d.cur.ID)
+			d.entry = e
 			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "in sysfs", Start: r.start, Duration: now.Sub(r.start),
 				Result: "not in sysfs when the step began; seen " + next.State() + " now"})
 			r.cfg.logger.InfoContext(r.ctx, "ublk: a listed device is in sysfs now", "device", next.DiskName(), "state", next.State())
@@ -1099,20 +1102,23 @@ func (r *run) scanHolders(end func(*stages) time.Time) (map[int][]Holder, error)
 	// holder".
 	sctx, cancel := r.stageCtx(context.WithoutCancel(r.ctx), end)
 	defer cancel()
-	found, err := blockdev.ScanWithHook(sctx, r.cfg.procRoot, devs, r.cfg.beforeProcess)
-	var cut *blockdev.CutError
-	if err != nil && !errors.As(err, &cut) {
-		r.cfg.logger.WarnContext(r.ctx, "ublk: holders scan could not read procfs; the last scan's holders stand", "err", err)
-	}
 	// A loop device backed by a disk holds it in the kernel, with no
 	// process: sysfs, like the stacked devices. So does a file system on
 	// it that no mountinfo read shows (unmounted lazily, in a namespace
 	// not read); a mounted one is named by its mounts. So does a file
 	// system's journal on it, the file system on another device: procfs
-	// shows it, and no mount of the disk ever does.
-	loops, lerr := blockdev.LoopHolders(r.cfg.sysRoot, devs)
-	fss, ferr := blockdev.FileSystemHolders(r.cfg.sysRoot, named)
-	journals, jerr := blockdev.JournalHolders(r.cfg.procRoot, named)
+	// shows it, and no mount of the disk ever does. Read before procfs,
+	// by the stage's clock: after a scan cut at the stage's end they ran
+	// past it, tens of reads a device (the guest's 8: 187 ms), and took
+	// the last resort's part (docs/faults.md row 3601).
+	loops, lerr := blockdev.LoopHolders(sctx, r.cfg.sysRoot, devs, r.cfg.beforeSysfs)
+	fss, ferr := blockdev.FileSystemHolders(sctx, r.cfg.sysRoot, named, r.cfg.beforeSysfs)
+	journals, jerr := blockdev.JournalHolders(sctx, r.cfg.procRoot, named, r.cfg.beforeSysfs)
+	found, err := blockdev.ScanWithHook(sctx, r.cfg.procRoot, devs, r.cfg.beforeProcess)
+	var cut *blockdev.CutError
+	if err != nil && !errors.As(err, &cut) {
+		r.cfg.logger.WarnContext(r.ctx, "ublk: holders scan could not read procfs; the last scan's holders stand", "err", err)
+	}
 	for _, dev := range devs {
 		id := owner[dev]
 		for _, h := range holders(found[dev]) {
@@ -1551,12 +1557,12 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 func (r *run) servesMore() (more bool, looked map[int]uint64) {
 	pid := daemonPID(r.cfg.daemon)
 	disks, err := r.untrackedDevices()
-	looked = diskEntries(r.cfg.sysRoot, disks)
+	looked = diskEntries(r.sysfs(), disks)
 	disks = slices.DeleteFunc(disks, func(d Device) bool {
 		// Without the PID, one discovery told was another server's is not
 		// looked at again; with it, the daemon's fds are read for every one.
 		e, ok := r.others[d.ID]
-		return !d.Disk && (!d.Char || r.driverDead(d.ID)) || pid <= 0 && ok && e != 0 && e == charEntry(r.cfg.sysRoot, d.ID)
+		return !d.Disk && (!d.Char || r.driverDead(d.ID)) || pid <= 0 && ok && e != 0 && e == charEntry(r.sysfs(), d.ID)
 	})
 	if err != nil {
 		r.cannotTell(err)
@@ -1602,11 +1608,11 @@ func (r *run) servesMore() (more bool, looked map[int]uint64) {
 
 // diskEntries returns, of devs, the IDs of those with a disk, each with
 // its char device's sysfs entry (charEntry): what a look at them saw.
-func diskEntries(sysRoot string, devs []Device) map[int]uint64 {
+func diskEntries(sys sysfs, devs []Device) map[int]uint64 {
 	seen := map[int]uint64{}
 	for _, d := range devs {
 		if d.Disk {
-			seen[d.ID] = charEntry(sysRoot, d.ID)
+			seen[d.ID] = charEntry(sys, d.ID)
 		}
 	}
 	return seen
@@ -1627,7 +1633,7 @@ func (r *run) diskSince(looked map[int]uint64) bool {
 	}
 	return slices.ContainsFunc(disks, func(d Device) bool {
 		e, ok := looked[d.ID]
-		return d.Disk && (!ok || e != charEntry(r.cfg.sysRoot, d.ID))
+		return d.Disk && (!ok || e != charEntry(r.sysfs(), d.ID))
 	})
 }
 
@@ -2156,7 +2162,7 @@ func (r *run) idMoved(d *devState) string {
 	if d.entry == 0 {
 		return ""
 	}
-	e := charEntry(r.cfg.sysRoot, d.cur.ID)
+	e := charEntry(r.sysfs(), d.cur.ID)
 	present, err := exists(filepath.Join(r.cfg.sysRoot, charClassDir, "ublkc"+strconv.Itoa(d.cur.ID)))
 	switch {
 	case e != 0 && e != d.entry:

@@ -759,7 +759,7 @@ func TestDiscoveryTellsADeviceItsServerOnlyMapsTheStepsOwn(t *testing.T) {
 	procs := append(slices.Clone(stepAndDaemon), fakeProc{"4343", "podA", false})
 	_, node := makeServed(t, f, servedChar{id: 1, charMajor: 4069, salt: 71, inSysfs: true, procs: procs})
 	fakeMapping(t, f.proc, "4343", node)
-	devs, err := scanDevices(f.tree.Root)
+	devs, err := scanDevices(sysfs{root: f.tree.Root})
 	require.NoError(t, err)
 	others, untold := othersDevices(t.Context(), f.tree.Root, f.proc, devs, 4242, nil, nil)
 	assert.Empty(t, untold, "a pass not cut short tells every device")

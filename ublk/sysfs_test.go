@@ -23,7 +23,7 @@ func TestScanDevicesReadsTheKernelsLayout(t *testing.T) {
 		require.NoError(t, os.MkdirAll(filepath.Join(tree.Root, junk), 0o755))
 	}
 
-	devs, err := scanDevices(tree.Root)
+	devs, err := scanDevices(sysfs{root: tree.Root})
 	require.NoError(t, err)
 	assert.Equal(t, []Device{
 		{ID: 2, Char: true},
@@ -34,13 +34,13 @@ func TestScanDevicesReadsTheKernelsLayout(t *testing.T) {
 	assert.Equal(t, "ublkb10", devs[1].DiskName())
 	assert.Equal(t, "ublkc10", devs[1].CharName())
 
-	gone, err := readDevice(tree.Root, 99)
+	gone, err := readDevice(sysfs{root: tree.Root}, 99)
 	require.NoError(t, err)
 	assert.Equal(t, "gone", gone.State())
 }
 
 func TestScanDevicesWithoutUblkModule(t *testing.T) {
-	devs, err := scanDevices(t.TempDir())
+	devs, err := scanDevices(sysfs{root: t.TempDir()})
 	require.NoError(t, err)
 	assert.Empty(t, devs)
 }

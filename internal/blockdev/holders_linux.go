@@ -1082,18 +1082,26 @@ func StackHolders(sysRoot, name string, parts []Partition) ([]Holder, error) {
 // not listed, or a loop device's backing file not read (EMFILE or ENOMEM
 // in the server; a device with no backing file, or no loop device at all,
 // has none to read, and is no error). A caller that took a loop device
-// not read for none had the disk stopped under it, failing its I/O.
-func LoopHolders(sysRoot string, devs []DevNum) (map[DevNum][]Holder, error) {
+// not read for none had the disk stopped under it, failing its I/O. It
+// reads nothing more once ctx has ended, by the clock (its stage's end),
+// saying so in the error; before, on a loaded node, these reads ran
+// past the stage (docs/faults.md row 3601). before, when not nil, is
+// called with each path before it is read (a test's slow sysfs).
+func LoopHolders(ctx context.Context, sysRoot string, devs []DevNum, before func(path string)) (map[DevNum][]Holder, error) {
 	want := wantSet(devs)
 	var names map[string]DevNum // kernel name -> number, read when needed
 	out := map[DevNum][]Holder{}
 	var errs []error
-	ents, err := os.ReadDir(filepath.Join(sysRoot, blockDir))
+	ents, err := os.ReadDir(hooked(before, filepath.Join(sysRoot, blockDir)))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("ublk: loop devices not listed: %w", err))
 	}
 	for _, e := range ents { // those listed before a failure too
-		b, err := os.ReadFile(filepath.Join(sysRoot, blockDir, e.Name(), "loop", "backing_file"))
+		if err := ended(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("ublk: loop devices not all read by the stage's end: %w", err))
+			break
+		}
+		b, err := os.ReadFile(hooked(before, filepath.Join(sysRoot, blockDir, e.Name(), "loop", "backing_file")))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // not a loop device, or one with no backing file
 		}
@@ -1144,13 +1152,22 @@ var fsDirs = []string{"ext4", "xfs", "f2fs", "erofs", "nilfs2"}
 // that does not exist is no file system, and no error) is named in the
 // error with the cause (one error each, errors.Join), with the file
 // systems it did find: a caller that took one not looked for for none had
-// the disk stopped under it, failing its I/O.
-func FileSystemHolders(sysRoot string, devs map[string]DevNum) (map[DevNum][]Holder, error) {
+// the disk stopped under it, failing its I/O. ctx and before are as
+// LoopHolders'.
+func FileSystemHolders(ctx context.Context, sysRoot string, devs map[string]DevNum, before func(path string)) (map[DevNum][]Holder, error) {
 	names := slices.Sorted(maps.Keys(devs))
 	out := map[DevNum][]Holder{}
 	var errs []error
+	var cut error
 	found := func(name, fsys, rel string) {
-		_, err := os.Lstat(filepath.Join(sysRoot, rel))
+		if cut != nil {
+			return
+		}
+		if cut = ended(ctx); cut != nil {
+			errs = append(errs, fmt.Errorf("ublk: file systems not all looked for by the stage's end: %w", cut))
+			return
+		}
+		_, err := os.Lstat(hooked(before, filepath.Join(sysRoot, rel)))
 		switch {
 		case err == nil:
 			dev := devs[name]
@@ -1164,7 +1181,10 @@ func FileSystemHolders(sysRoot string, devs map[string]DevNum) (map[DevNum][]Hol
 			found(name, fsys, filepath.Join("fs", fsys, name))
 		}
 	}
-	btrfs, err := os.ReadDir(filepath.Join(sysRoot, "fs", "btrfs"))
+	if cut != nil {
+		return out, errors.Join(errs...)
+	}
+	btrfs, err := os.ReadDir(hooked(before, filepath.Join(sysRoot, "fs", "btrfs")))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) { // none: btrfs not loaded
 		errs = append(errs, fmt.Errorf("ublk: btrfs file systems not listed: %w", err))
 	}
@@ -1192,14 +1212,18 @@ func FileSystemHolders(sysRoot string, devs map[string]DevNum) (map[DevNum][]Hol
 // A directory it could not look for (EMFILE or ENOMEM in the server; one
 // that does not exist is no journal, and no error) is named in the error
 // with the cause (one error each, errors.Join), with the journals it did
-// find.
-func JournalHolders(procRoot string, devs map[string]DevNum) (map[DevNum][]Holder, error) {
+// find. ctx and before are as LoopHolders'.
+func JournalHolders(ctx context.Context, procRoot string, devs map[string]DevNum, before func(path string)) (map[DevNum][]Holder, error) {
 	out := map[DevNum][]Holder{}
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(devs)) {
+		if err := ended(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("ublk: jbd2 journals not all looked for by the stage's end: %w", err))
+			break
+		}
 		// jbd2 names a journal after its device, '/' made '!'.
 		rel := filepath.Join("fs", "jbd2", strings.ReplaceAll(name, "/", "!"))
-		_, err := os.Stat(filepath.Join(procRoot, rel))
+		_, err := os.Stat(hooked(before, filepath.Join(procRoot, rel)))
 		switch {
 		case err == nil:
 			dev := devs[name]
@@ -1210,6 +1234,15 @@ func JournalHolders(procRoot string, devs map[string]DevNum) (map[DevNum][]Holde
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// hooked calls before (a test's, when not nil) with path, which its
+// caller reads next, and returns path.
+func hooked(before func(path string), path string) string {
+	if before != nil {
+		before(path)
+	}
+	return path
 }
 
 // kernelNames maps the kernel names of devs (sysfs dev/block/MAJ:MIN is a

@@ -896,14 +896,14 @@ func TestExternalJournalIsAHolderUntilItsFileSystemIsUnmounted(t *testing.T) {
 	assert.Empty(t, stacked, "nor does sysfs holders/")
 	assert.Empty(t, fileSystemHolders(t, "/sys", devs), "nor fs/ext4")
 
-	journals, err := blockdev.JournalHolders("/proc", devs)
+	journals, err := blockdev.JournalHolders(context.Background(), "/proc", devs, nil)
 	require.NoError(t, err)
 	want := []blockdev.Holder{{Kind: blockdev.FileSystem,
 		Detail: "jbd2 journal on " + name + " (procfs fs/jbd2/" + name + "): an ext4 or ocfs2 file system's, on another device"}}
 	assert.Equal(t, want, journals[dev], "mounted")
 
 	require.NoError(t, unix.Unmount(dir, 0))
-	journals, err = blockdev.JournalHolders("/proc", devs)
+	journals, err = blockdev.JournalHolders(context.Background(), "/proc", devs, nil)
 	require.NoError(t, err)
 	assert.Empty(t, journals, "unmounted: the file system freed")
 }
@@ -940,7 +940,7 @@ func TestXfsExternalLogIsAMountHolder(t *testing.T) {
 func TestJournalHoldersSaysWhatItCouldNotLookFor(t *testing.T) {
 	proc := t.TempDir()
 	write(t, proc, "fs/jbd2", "")
-	journals, err := blockdev.JournalHolders(proc, map[string]blockdev.DevNum{"ublkb0": {Major: 259, Minor: 0}})
+	journals, err := blockdev.JournalHolders(context.Background(), proc, map[string]blockdev.DevNum{"ublkb0": {Major: 259, Minor: 0}}, nil)
 	assert.Empty(t, journals)
 	assert.Regexp(t, `^ublk: jbd2 journal fs/jbd2/ublkb0 not looked for: stat .*/fs/jbd2/ublkb0: not a directory$`, err)
 }
@@ -1044,7 +1044,7 @@ func TestReadCharsHeldFindsACharDeviceMappedWithItsFdClosed(t *testing.T) {
 // loopHolders is blockdev.LoopHolders, which must read all it looks at.
 func loopHolders(t *testing.T, sysRoot string, devs []blockdev.DevNum) map[blockdev.DevNum][]blockdev.Holder {
 	t.Helper()
-	hs, err := blockdev.LoopHolders(sysRoot, devs)
+	hs, err := blockdev.LoopHolders(context.Background(), sysRoot, devs, nil)
 	require.NoError(t, err)
 	return hs
 }
@@ -1053,7 +1053,7 @@ func loopHolders(t *testing.T, sysRoot string, devs []blockdev.DevNum) map[block
 // looks at.
 func fileSystemHolders(t *testing.T, sysRoot string, devs map[string]blockdev.DevNum) map[blockdev.DevNum][]blockdev.Holder {
 	t.Helper()
-	hs, err := blockdev.FileSystemHolders(sysRoot, devs)
+	hs, err := blockdev.FileSystemHolders(context.Background(), sysRoot, devs, nil)
 	require.NoError(t, err)
 	return hs
 }
@@ -1075,7 +1075,7 @@ func TestLoopAndFileSystemHoldersSayWhatTheyCouldNotRead(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(sys, "block/loop3/loop/backing_file"), 0o755))
 	write(t, sys, "block/loop4/loop/backing_file", "/nonexistent/ublkb0\n")
 
-	loops, err := blockdev.LoopHolders(sys, []blockdev.DevNum{dev})
+	loops, err := blockdev.LoopHolders(context.Background(), sys, []blockdev.DevNum{dev}, nil)
 	require.Len(t, loops[dev], 1, "%v", loops)
 	assert.Regexp(t, `^loop4 \(backing file /nonexistent/ublkb0; matched by name`, loops[dev][0].Detail)
 	assert.Regexp(t, `^ublk: loop device loop3's backing file not read: read .*/loop3/loop/backing_file: is a directory$`, err)
@@ -1083,7 +1083,7 @@ func TestLoopAndFileSystemHoldersSayWhatTheyCouldNotRead(t *testing.T) {
 	write(t, sys, "fs/ext4", "")
 	require.NoError(t, os.MkdirAll(filepath.Join(sys, "fs/xfs/ublkb0"), 0o755))
 	write(t, sys, "fs/btrfs", "")
-	fss, err := blockdev.FileSystemHolders(sys, map[string]blockdev.DevNum{"ublkb0": dev})
+	fss, err := blockdev.FileSystemHolders(context.Background(), sys, map[string]blockdev.DevNum{"ublkb0": dev}, nil)
 	assert.Equal(t, map[blockdev.DevNum][]blockdev.Holder{dev: {{Kind: blockdev.FileSystem, Detail: "xfs on ublkb0 (sysfs fs/xfs/ublkb0)"}}}, fss)
 	assert.Regexp(t, `^ublk: file system fs/ext4/ublkb0 not looked for: lstat .*/fs/ext4/ublkb0: not a directory\n`+
 		`ublk: btrfs file systems not listed: .*/fs/btrfs: not a directory$`, err)

@@ -39,15 +39,17 @@ const MapsWait = 250 * time.Millisecond
 func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) error { return nil }
 
 // LoopHolders finds nothing on this system.
-func LoopHolders(sysRoot string, devs []DevNum) (map[DevNum][]Holder, error) { return nil, nil }
+func LoopHolders(ctx context.Context, sysRoot string, devs []DevNum, before func(path string)) (map[DevNum][]Holder, error) {
+	return nil, nil
+}
 
 // FileSystemHolders finds nothing on this system.
-func FileSystemHolders(sysRoot string, devs map[string]DevNum) (map[DevNum][]Holder, error) {
+func FileSystemHolders(ctx context.Context, sysRoot string, devs map[string]DevNum, before func(path string)) (map[DevNum][]Holder, error) {
 	return nil, nil
 }
 
 // JournalHolders finds nothing on this system.
-func JournalHolders(procRoot string, devs map[string]DevNum) (map[DevNum][]Holder, error) {
+func JournalHolders(ctx context.Context, procRoot string, devs map[string]DevNum, before func(path string)) (map[DevNum][]Holder, error) {
 	return nil, nil
 }
 
