@@ -211,8 +211,12 @@ type memControl struct {
 	d           *memDaemon
 	stopIn      time.Duration
 	drainBlocks bool
-	flags       uint64 // reported by DevInfo
-	infoErr     error  // DevInfo's error, when set
+	// blocks are the devices whose STOP_DEV never completes, as one of a
+	// hung daemon with I/O in flight: the kernel waits for the daemon to
+	// answer it. Its context's end returns it, the others' go on.
+	blocks  map[int]bool
+	flags   uint64 // reported by DevInfo
+	infoErr error  // DevInfo's error, when set
 	// runsOn makes a STOP_DEV whose context ends first complete all the
 	// same at stopIn, as the driver runs a control command on: the
 	// device is DEAD from then on.
@@ -254,7 +258,7 @@ func (c *memControl) DevInfo(ctx context.Context, id int) (ublkctl.DevInfo, erro
 func (c *memControl) StopDev(ctx context.Context, id int) error {
 	c.d.event("STOP_DEV %d", id)
 	_ = c.tree.StopDevice(id)
-	if c.drainBlocks {
+	if c.drainBlocks || c.blocks[id] {
 		<-ctx.Done()
 		return ctx.Err()
 	}

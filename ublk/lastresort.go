@@ -189,7 +189,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	left = r.setAsidePossible(left) // what is not known to hold a disk does not keep it from stopping
 	stopped, pending, failed, unsent := 0, 0, 0, 0
 	free, _ := r.controlled(func(d *devState) bool { return !hasKey(left, d.cur.ID) && d.live() }) // one not known to be the daemon's is its daemon's to stop
-	for _, d := range free {
+	for i, d := range free {
 		if r.cfg.openControl == nil || r.openControl() != nil {
 			break // the daemon's own stop does it, if it is asked
 		}
@@ -197,7 +197,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 			continue
 		}
 		var notSent string
-		d.stopped, notSent = r.stopDev(d, lastResortEnd)
+		d.stopped, notSent = r.stopDev(d, shareOf(len(free)-i+len(left)))
 		switch {
 		case notSent != "":
 			unsent++
@@ -458,7 +458,7 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 	for _, d := range untold {
 		kept = append(kept, d.cur.DiskName()+" (not known to be the daemon's: "+d.untold+")")
 	}
-	for _, d := range heldLive {
+	for i, d := range heldLive {
 		hs := left[d.cur.ID]
 		var info ublkctl.DevInfo
 		start := time.Now()
@@ -483,7 +483,7 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 		r.cfg.logger.WarnContext(r.ctx, "ublk: last resort: stopping a device still held", "device", d.cur.DiskName(),
 			"holders", fmt.Sprint(hs), "why", why)
 		var notSent string
-		d.stopped, notSent = r.stopDev(d, lastResortEnd)
+		d.stopped, notSent = r.stopDev(d, shareOf(len(heldLive)-i))
 		if notSent != "" {
 			kept = append(kept, d.cur.DiskName()+" (STOP_DEV not sent: "+notSent+")")
 			continue
@@ -652,6 +652,21 @@ func (r *run) heldAfterKill() (held map[int][]Holder, scanned bool) {
 func sendFloor(from time.Time) func(*stages) time.Time {
 	return func(s *stages) time.Time {
 		return from.Add(s.lastResort.Deadline.Sub(from) / 2)
+	}
+}
+
+// shareOf is the end of a STOP_DEV the last resort sends now, with n
+// (itself included) still to send in turn: an even share of what is
+// left of its part (as Tighten moves it). A STOP_DEV completes once the
+// daemon has answered the device's I/O in flight, never for a hung
+// daemon: given the part to its end, it left the devices after it no
+// window, their STOP_DEVs sent with it over (docs/faults.md row 3602).
+// One not complete in its share is pending, the kernel running it on;
+// the time a prompt one leaves flows to the next.
+func shareOf(n int) func(*stages) time.Time {
+	from := time.Now()
+	return func(s *stages) time.Time {
+		return from.Add(s.lastResort.Deadline.Sub(from) / time.Duration(max(n, 1)))
 	}
 }
 

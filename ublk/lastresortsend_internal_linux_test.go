@@ -56,3 +56,45 @@ func TestLastResortSendsItsStopDevsInItsPartWhateverItsScanCosts(t *testing.T) {
 		assert.Contains(t, last.Result, "STOP_DEV done for 2 device(s), sent and not complete for 0")
 	})
 }
+
+// As TestLastResortSendsItsStopDevsInItsPartWhateverItsScanCosts, with
+// three devices, ublkb0's STOP_DEV never completing (the hung daemon has
+// I/O of it in flight, which the kernel waits for):
+//
+//	~216 ms       the last resort's STOP_DEVs, sent in turn: ublkb0's
+//	              has a third of what is left of the part, then ublkb1's
+//	              half of the rest, then ublkb2's all of it
+//	250 ms        the end of the last resort's part
+//
+// Before, ublkb0's STOP_DEV had the part to its end, and ublkb1's and
+// ublkb2's were sent after it, their windows over: "sent; not complete",
+// the devices left to the control fallback's part (docs/faults.md row
+// 3602).
+func TestLastResortsBlockedStopDevLeavesTheOthersTheirShare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1, 2)
+		d := newMemDaemon(f.tree, 0, 1, 2)
+		d.hung = true
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d, stopIn: 5 * time.Millisecond, blocks: map[int]bool{0: true}}
+		cfg := f.config(vulnerable, ctl, Config{Reserve: 500 * time.Millisecond})
+		cfg.hooks.BeforeProcess = slowProcfs(t, f, 250, 6*time.Millisecond)
+		td, err := New(d, cfg)
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, 600*time.Millisecond)
+		t.Logf("%v\n%s", err, rep.String())
+		require.NotNil(t, rep.Step("last resort"), "the last resort ran")
+		partEnd := rep.Start.Add(250 * time.Millisecond)
+		for _, id := range []int{0, 1, 2} {
+			stop := stepOf(rep.Device(id), "STOP_DEV")
+			require.NotNil(t, stop, "ublkb%d: no STOP_DEV", id)
+			t.Logf("ublkb%d: STOP_DEV at +%v for %v: %s", id, stop.Start.Sub(rep.Start), stop.Duration, stop.Result)
+		}
+		for _, id := range []int{1, 2} {
+			stop := stepOf(rep.Device(id), "STOP_DEV")
+			assert.Equal(t, "done", stop.Result, "ublkb%d's first STOP_DEV, the last resort's", id)
+			assert.True(t, stop.Start.Add(stop.Duration).Before(partEnd), "ublkb%d's STOP_DEV done in the last resort's part", id)
+		}
+	})
+}
