@@ -132,7 +132,9 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	lr := &LastResortReport{At: s.Start}
 	r.rep.LastResort = lr
 	servers, spared, killable, untold, foreign := r.sparedServers(ctx, held)
-	lr.ServerCgroup, lr.Holders = r.cfg.killHolders(ctx, r.cfg.procRoot, killable, r.devNums, daemonPID(r.cfg.daemon))
+	kctx, kcancel := r.killWindow(ctx)
+	defer kcancel()
+	lr.ServerCgroup, lr.Holders = r.cfg.killHolders(kctx, r.cfg.procRoot, killable, r.devNums, daemonPID(r.cfg.daemon))
 	lr.Holders = append(lr.Holders, spared...)
 	if lr.Holders == nil {
 		lr.Holders = []HolderFate{}
@@ -638,6 +640,22 @@ func (r *run) heldAfterKill() (held map[int][]Holder, scanned bool) {
 		held[id] = slices.Clone(hs) // dropHolders edits the slices in place
 	}
 	return r.onDisks(held), false
+}
+
+// killWindow is the context of the last resort's kill (its checks, the
+// SIGKILLs, the wait for the exits): ctx, the last resort's, ending
+// halfway from now to the end of its part when it has a control device
+// (sendFloor), the other half its scan's and its STOP_DEVs'. A holder
+// SIGKILLed and not seen exiting by then runs no more code, and keeps no
+// disk from stopping, as one seen exiting. Before, the wait took the part
+// to its end for a holder that does not exit in it (blocked in the
+// kernel, freeing a large VM's memory), and the STOP_DEVs were sent past
+// it, their windows over (docs/faults.md row 3603).
+func (r *run) killWindow(ctx context.Context) (context.Context, context.CancelFunc) {
+	if r.cfg.openControl == nil || r.openControl() != nil {
+		return ctx, func() {}
+	}
+	return r.stageCtx(ctx, sendFloor(time.Now()))
 }
 
 // sendFloor is where the last resort's scan after the kill, begun at

@@ -3,12 +3,15 @@
 package ublk
 
 import (
+	"context"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/ublkctl"
 )
 
 // sandboxd's 500 ms reserve in a 600 ms window, a vulnerable kernel, a
@@ -93,6 +96,41 @@ func TestLastResortsBlockedStopDevLeavesTheOthersTheirShare(t *testing.T) {
 		}
 		for _, id := range []int{1, 2} {
 			stop := stepOf(rep.Device(id), "STOP_DEV")
+			assert.Equal(t, "done", stop.Result, "ublkb%d's first STOP_DEV, the last resort's", id)
+			assert.True(t, stop.Start.Add(stop.Duration).Before(partEnd), "ublkb%d's STOP_DEV done in the last resort's part", id)
+		}
+	})
+}
+
+// sandboxd's 500 ms reserve in a 60 s window, a vulnerable kernel, a
+// control device whose STOP_DEV takes 10 ms; a VMM of the pod (pid 98)
+// holds ublkb0 open and, SIGKILLed, does not exit in the window (blocked
+// in the kernel: its memory to free, or I/O of a disk in flight):
+//
+//	59.5 s     the last-resort point: pid 98 SIGKILLed
+//	59.575 s   its exit no longer waited for, halfway through the part:
+//	           it runs no more code, and keeps no disk from stopping
+//	then       the last resort's scan, then its STOP_DEVs
+//	59.65 s    the end of the last resort's part
+//
+// Before, the wait for its exit took the part to its end, and the
+// STOP_DEVs were sent after it, their windows over: "sent; not complete",
+// the shape of row 3401 (docs/faults.md row 3603).
+func TestLastResortsWaitForAKilledHoldersExitLeavesItsStopDevsTheirTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, td, vmms := doomedVMMs(t, map[int]time.Duration{98: time.Hour})
+		ctl := &memControl{tree: d.tree, d: d, stopIn: 10 * time.Millisecond}
+		td.cfg.openControl = func(context.Context) (ublkctl.Controller, error) { return ctl, nil }
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		t.Logf("%v\n%s", err, rep.String())
+		require.Len(t, vmms[98].sent, 1, "pid 98 SIGKILLed")
+		require.NotNil(t, rep.LastResort)
+		partEnd := rep.Start.Add(59650 * time.Millisecond)
+		for _, id := range []int{0, 1} {
+			stop := stepOf(rep.Device(id), "STOP_DEV")
+			require.NotNil(t, stop, "ublkb%d: no STOP_DEV", id)
+			t.Logf("ublkb%d: STOP_DEV at +%v for %v: %s", id, stop.Start.Sub(rep.Start), stop.Duration, stop.Result)
 			assert.Equal(t, "done", stop.Result, "ublkb%d's first STOP_DEV, the last resort's", id)
 			assert.True(t, stop.Start.Add(stop.Duration).Before(partEnd), "ublkb%d's STOP_DEV done in the last resort's part", id)
 		}
