@@ -157,16 +157,17 @@ func learnServerKey(from origin) (key any, why string) {
 			},
 		}},
 	}, struct{}{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	client, conn, err := loopbackPair()
 	if err != nil {
 		return nil, "drainkit's RPC " + probeFullMethod + " found no loopback to be served on: " + err.Error()
 	}
+	ln := newOneConnListener(originConn{Conn: conn, from: from})
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		_ = probe.Serve(originListener{Listener: ln, from: from})
+		_ = probe.Serve(ln)
 	}()
-	err = callProbe(ln.Addr().String(), from.authority)
+	err = callProbe(client, from.authority)
 	probe.GracefulStop() // closes ln; its connection, closed by callProbe, is gone
 	<-served
 	select {
@@ -215,20 +216,79 @@ func originOf(rpc context.Context) origin {
 	return from
 }
 
-// originListener is learnServerKey's listener: its connections give grpc
-// from's addresses, where it has them.
-type originListener struct {
-	net.Listener
-	from origin
+// loopbackPair connects a TCP socket on 127.0.0.1 to a listener of its
+// own and returns both ends, the listener closed: no other process's
+// connection reaches drainkit's RPC. A tenant sharing the network
+// namespace sees a loopback listener in /proc/net/tcp and may connect to
+// it; one that called drainkit's method on the learner's listener, left
+// open until drainkit's RPC was answered, filled its one-key channel and
+// held drainkit's RPC in its handler for ever (row 3680). A connection
+// accepted that is not client's, another process's that came in the
+// moment the listener was open, is closed.
+func loopbackPair() (client, server net.Conn, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return nil, nil, err
+	}
+	for {
+		server, err = ln.Accept()
+		if err != nil {
+			client.Close()
+			return nil, nil, err
+		}
+		if server.RemoteAddr().String() == client.LocalAddr().String() {
+			return client, server, nil
+		}
+		server.Close()
+	}
 }
 
-func (l originListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return originConn{Conn: c, from: l.from}, nil
+// oneConnListener is learnServerKey's listener: it gives grpc one
+// connection, then none until it is closed.
+type oneConnListener struct {
+	conn      chan net.Conn // the connection, until Accept takes it
+	addr      net.Addr
+	closed    chan struct{}
+	closeOnce sync.Once
 }
+
+func newOneConnListener(c net.Conn) *oneConnListener {
+	l := &oneConnListener{conn: make(chan net.Conn, 1), addr: c.LocalAddr(), closed: make(chan struct{})}
+	l.conn <- c
+	return l
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	select {
+	case <-l.closed:
+		return nil, net.ErrClosed
+	default:
+	}
+	select {
+	case c := <-l.conn:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close closes the connection too where grpc never took it.
+func (l *oneConnListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	select {
+	case c := <-l.conn:
+		return c.Close()
+	default:
+		return nil
+	}
+}
+
+func (l *oneConnListener) Addr() net.Addr { return l.addr }
 
 // originConn is a connection that gives from's addresses for its own.
 type originConn struct {
@@ -250,16 +310,26 @@ func (c originConn) LocalAddr() net.Addr {
 	return c.Conn.LocalAddr()
 }
 
-// callProbe calls drainkit's RPC at addr, as a grpc client does over
+// callProbe calls drainkit's RPC on conn, as a grpc client does over
 // HTTP/2 without TLS, with authority for its :authority, reads its answer
-// whole and closes its connection. Not with grpc's own client: that runs
-// the process-wide dial options (grpc's AddGlobalDialOptions) as well.
-func callProbe(addr, authority string) error {
+// whole and closes conn. Not with grpc's own client: that runs the
+// process-wide dial options (grpc's AddGlobalDialOptions) as well.
+func callProbe(conn net.Conn, authority string) error {
+	defer conn.Close() // where the transport never took it
+	dial := make(chan net.Conn, 1)
+	dial <- conn
 	var h2c http.Protocols // HTTP/2 without TLS: the server has none of its own
 	h2c.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: &h2c} // no Proxy: the environment's would not reach loopback
+	tr := &http.Transport{Protocols: &h2c, DialContext: func(context.Context, string, string) (net.Conn, error) {
+		select {
+		case c := <-dial:
+			return c, nil
+		default: // the one connection there is was taken
+			return nil, net.ErrClosed
+		}
+	}}
 	defer tr.CloseIdleConnections()
-	req, err := http.NewRequest(http.MethodPost, "http://"+addr+probeFullMethod, bytes.NewReader(emptyMessage))
+	req, err := http.NewRequest(http.MethodPost, "http://"+conn.RemoteAddr().String()+probeFullMethod, bytes.NewReader(emptyMessage))
 	if err != nil {
 		return err
 	}
