@@ -450,9 +450,11 @@ type Server interface {
 // program's, which it has run on for that first RPC, before it reached
 // those interceptors (a handler that panics on every RPC ends the process
 // at the program's first, not at drainkit's). No Stop waits for that RPC: one that a
-// process-wide stats handler holds (a synchronous export to a collector
-// that does not answer) leaves the RPCs of a held grpc Stop to be told by
-// the socket tables, as the Step's detail says. A learning that fails (a
+// process-wide stats handler holds before it is answered (a synchronous
+// export to a collector that does not answer, as the RPC begins) leaves
+// the RPCs of a held grpc Stop to be told by the socket tables, as the
+// Step's detail says (one it holds at the RPC's End, once answered, does
+// not: the key is known by then). A learning that fails (a
 // grpc-go that no longer names the server, a process-wide stats handler
 // that hides it, no loopback to serve on) is logged once, as it
 // ends, at WARN through slog.Default, with its cause and what to do.

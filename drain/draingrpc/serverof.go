@@ -161,15 +161,13 @@ func learnServerKey(from origin) (key any, why string) {
 	if err != nil {
 		return nil, "drainkit's RPC " + probeFullMethod + " found no loopback to be served on: " + err.Error()
 	}
-	ln := newOneConnListener(originConn{Conn: conn, from: from})
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = probe.Serve(ln)
-	}()
+	go func() { _ = probe.Serve(newOneConnListener(originConn{Conn: conn, from: from})) }()
 	err = callProbe(client, from.authority)
-	probe.GracefulStop() // closes ln; its connection, closed by callProbe, is gone
-	<-served
+	// Not waited for: GracefulStop waits for the RPC's stats to end, which
+	// a process-wide stats handler may hold (a synchronous export to a
+	// collector that does not answer), and the key is known once the RPC
+	// is answered (row 3681). Its connection, closed by callProbe, is gone.
+	go probe.GracefulStop()
 	select {
 	case key = <-found: // sent before the handler answered, which callProbe read
 		return key, ""
