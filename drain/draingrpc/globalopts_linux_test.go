@@ -187,10 +187,12 @@ func (endWithTheApp) HandleConn(context.Context, stats.ConnStats) {}
 // waited for it without bound: a process-wide stats handler that holds an
 // RPC's end (a tracer exporting its span synchronously to a collector
 // that no longer answers, its pod gone with the node's drain) held that
-// RPC too, and Stop returned only when it did, past its deadline.
+// RPC too, and Stop returned only when it did, past its deadline. Since
+// row 3681 a held End no longer holds the learning, its RPC answered; one
+// held as it begins does.
 //
-//	every server           a stats handler whose End waits for the collector
-//	a (tcp)                a stream runs (the first RPC: learns the key, its RPC's End held)
+//	every server           a stats handler that holds drainkit's RPC as it begins, until the collector answers
+//	a (tcp)                a stream runs (the first RPC: starts learning the key, its RPC held)
 //	Stop(a), 100 ms
 //	the deadline           grpc's Stop cuts a's stream; Stop returns
 //	the collector          answers only once Stop returned
@@ -201,11 +203,11 @@ func TestStopReturnsByItsDeadlineWhileLearningTheKeyIsHeld(t *testing.T) {
 	if !inAProcessOfItsOwn(t) {
 		return
 	}
-	collector := make(chan struct{})
-	withGlobalServerOptions(t, grpc.StatsHandler(holdEnds{until: collector}))
+	collector := newHoldFirstProbe()
+	withGlobalServerOptions(t, grpc.StatsHandler(collector))
 	g := &drain.Gate{}
 	a := serve(t, g, "tcp")
-	t.Cleanup(func() { close(collector) }) // before a's own cleanup, whose RPC's End it holds
+	t.Cleanup(func() { close(collector.release) })
 	_, err := openStream(t, t.Context(), a.worker)
 	require.NoError(t, err)
 

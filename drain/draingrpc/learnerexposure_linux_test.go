@@ -45,7 +45,7 @@ func TestATenantOnLoopbackNeitherReachesNorHoldsTheLearning(t *testing.T) {
 	if !inAProcessOfItsOwn(t) {
 		return
 	}
-	hold := holdFirstProbe{begun: make(chan struct{}), release: make(chan struct{}), first: new(atomic.Bool)}
+	hold := newHoldFirstProbe()
 	withGlobalServerOptions(t, grpc.StatsHandler(hold))
 	a := serve(t, &drain.Gate{}, "tcp")
 	before := loopbackListeners(t)
@@ -70,10 +70,16 @@ func TestATenantOnLoopbackNeitherReachesNorHoldsTheLearning(t *testing.T) {
 }
 
 // holdFirstProbe is a stats handler that holds the first RPC of drainkit's
-// method as it begins: it closes begun and waits for release.
+// method as it begins, before it is answered, as a tracer's synchronous
+// export to a collector that does not answer does: it closes begun and
+// waits for release.
 type holdFirstProbe struct {
 	begun, release chan struct{}
 	first          *atomic.Bool
+}
+
+func newHoldFirstProbe() holdFirstProbe {
+	return holdFirstProbe{begun: make(chan struct{}), release: make(chan struct{}), first: new(atomic.Bool)}
 }
 
 func (h holdFirstProbe) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {

@@ -19,10 +19,12 @@ import (
 // was held (a process-wide stats handler whose End waits for a collector
 // that does not answer): a server with no RPC, whose GracefulStop returned
 // at once, was held to the step's deadline, and the pod with it, where
-// the key is read only by a Stop held past its deadline.
+// the key is read only by a Stop held past its deadline. Since row 3681
+// a held End no longer holds the learning, its RPC answered; one held as
+// it begins does.
 //
-//	every server           a stats handler whose End waits for the collector
-//	the process            its first RPC (another server's) starts learning the key: its RPC's End held
+//	every server           a stats handler that holds drainkit's RPC as it begins, until the collector answers
+//	the process            its first RPC (another server's) starts learning the key: its RPC held
 //	a, b (tcp)             no RPC
 //	Stop(a), 1 min         GracefulStop returns: so does Stop
 //	Stop(b), 1 min         the learning still held: Stop returns with GracefulStop
@@ -34,13 +36,13 @@ func TestStopOfAnIdleServerReturnsWithGracefulStopWhileLearningTheKeyIsHeld(t *t
 	if !inAProcessOfItsOwn(t) {
 		return
 	}
-	collector := make(chan struct{})
-	withGlobalServerOptions(t, grpc.StatsHandler(holdEnds{until: collector}))
+	collector := newHoldFirstProbe()
+	withGlobalServerOptions(t, grpc.StatsHandler(collector))
 	g := &drain.Gate{}
 	a := serve(t, g, "tcp")
 	b := serve(t, g, "tcp")
-	t.Cleanup(func() { close(collector) }) // before a's and b's own cleanups
-	startLearning(t.Context())             // as the process's first RPC through draingrpc's interceptors does
+	t.Cleanup(func() { close(collector.release) })
+	startLearning(t.Context()) // as the process's first RPC through draingrpc's interceptors does
 
 	returnsWithGracefulStop(t, a, g, "the first Stop, while the learning is held")
 	returnsWithGracefulStop(t, b, g, "a Stop of another server while the learning is held")
