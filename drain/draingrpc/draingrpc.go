@@ -457,7 +457,9 @@ type Server interface {
 // not: the key is known by then). A learning that fails (a
 // grpc-go that no longer names the server, a process-wide stats handler
 // that hides it, no loopback to serve on) is logged once, as it
-// ends, at WARN through slog.Default, with its cause and what to do.
+// ends, at WARN through slog.Default, with its cause and what to do; one
+// still running when a held Stop's RPCs were told by the socket tables
+// is logged so once, at that Stop.
 //
 // A nil s (or a nil *grpc.Server in it) is not called: Stop returns an
 // error saying so.
@@ -526,6 +528,9 @@ func stop(ctx context.Context, s Server, g *drain.Gate, reserve time.Duration) (
 	n.held = !returned
 	none, byTables := idle(n.held)
 	n.byTables = byTables
+	if byTables && gs != nil {
+		warnLearningHeld() // the tables told where grpc's key could have
+	}
 	switch {
 	case none:
 		return n, nil // GracefulStop waited for connections only: Stop cut no RPC

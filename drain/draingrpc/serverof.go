@@ -74,6 +74,31 @@ func warnNotLearned(why string) {
 		"cause", why)
 }
 
+// warnHeldOnce makes warnLearningHeld say it once per process.
+var warnHeldOnce sync.Once
+
+// warnLearningHeld says, once per process, at WARN through slog.Default,
+// that a held Stop told its RPCs by the socket tables while the learning
+// of grpc's key still ran: a process-wide stats handler may hold
+// drainkit's RPC before it is answered, and a learning held so never
+// ends, so never says it as a failed one does (warnNotLearned), and only
+// the Step's detail, in the Report, said so (row 3682). Nothing when the learning
+// ended: it said so then, or learned the key.
+func warnLearningHeld() {
+	select {
+	case <-keyLearning.done:
+		return
+	default:
+	}
+	warnHeldOnce.Do(func() {
+		slog.Default().Warn("draingrpc: a Stop whose grpc Stop was held past its deadline told its RPCs from other servers' by the socket tables " +
+			"alone, which take an RPC of its own for another server's where another socket listens on its address (another process's, an " +
+			"SO_REUSEPORT group's): where grpc names an RPC's server is still being learned, drainkit's RPC " + probeFullMethod + " not answered yet " +
+			"(a process-wide stats handler, grpc's AddGlobalServerOptions, may hold it: a synchronous export to a collector that does not answer); " +
+			"make each grpc.Server with a grpc.ConnectionTimeout shorter than its Step's reserve, so that a connection in its handshake does not hold its Stop")
+	})
+}
+
 // serverKey is grpc-go's context key for the *grpc.Server serving an RPC,
 // once learned; nil when it could not be, or is not yet.
 func serverKey() any {
