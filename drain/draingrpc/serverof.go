@@ -184,6 +184,7 @@ func learnServerKey(from origin) (key any, why string) {
 	}, struct{}{})
 	client, conn, err := loopbackPair()
 	if err != nil {
+		probe.Stop() // what the process-wide options started with it (row 3683)
 		return nil, "drainkit's RPC " + probeFullMethod + " found no loopback to be served on: " + err.Error()
 	}
 	go func() { _ = probe.Serve(newOneConnListener(originConn{Conn: conn, from: from})) }()
