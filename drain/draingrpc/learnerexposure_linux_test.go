@@ -52,7 +52,7 @@ func TestATenantOnLoopbackNeitherReachesNorHoldsTheLearning(t *testing.T) {
 	_, err := a.worker.EmptyCall(t.Context(), &testgrpc.Empty{})
 	require.NoError(t, err, "the user's first RPC: starts the learning")
 
-	<-hold.begun
+	hold.awaitBegun(t)
 	var answered []string
 	for addr := range loopbackListeners(t) {
 		if !before[addr] && tenantCallsProbe(addr) == nil {
@@ -80,6 +80,16 @@ type holdFirstProbe struct {
 
 func newHoldFirstProbe() holdFirstProbe {
 	return holdFirstProbe{begun: make(chan struct{}), release: make(chan struct{}), first: new(atomic.Bool)}
+}
+
+// awaitBegun waits until drainkit's RPC is held.
+func (h holdFirstProbe) awaitBegun(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.begun:
+	case <-time.After(10 * time.Second): // a hang guard: the learning starts with the RPC
+		t.Fatal("drainkit's RPC never began, 10 s on")
+	}
 }
 
 func (h holdFirstProbe) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {

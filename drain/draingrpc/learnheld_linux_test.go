@@ -79,7 +79,7 @@ func TestALearningHeldAtAHeldStopIsSaidOnceInTheLog(t *testing.T) {
 	busy := serve(t, g, "tcp")
 	_, err := openStream(t, t.Context(), busy.worker)
 	require.NoError(t, err, "busy's stream: the first RPC, starts the learning")
-	<-collector.begun
+	collector.awaitBegun(t)
 
 	for range 2 {
 		quiet := quietAndHeld(t, g)
