@@ -62,7 +62,9 @@
 //     Where PID 1 has a controlling terminal (a pod with `tty: true`), the child's group is
 //     made the terminal's foreground one before the program starts, as tini does: the
 //     program reads and writes the terminal (in the background its first read stopped it
-//     for good), and a Ctrl-C there reaches its group, not the init's.
+//     for good), and a Ctrl-C there reaches its group, not the init's. Where the child
+//     cannot be started after all, the init gives the terminal back to its own group,
+//     where the program then runs.
 //   - Exit status: the child's exit code, or 128+n when signal n ended it (as shells and
 //     tini report it). Processes still running when the child has exited are not waited
 //     for: PID 1's exit ends them, as the kernel ends a namespace whose init exits.

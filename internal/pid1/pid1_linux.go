@@ -3,6 +3,7 @@ package pid1
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -193,6 +194,9 @@ func startChild(argv, env []string) (pid int, ready <-chan struct{}, err error) 
 			Files: files,
 			Sys:   attr,
 		})
+		if err != nil && attr.Foreground {
+			giveTerminalBack(attr.Ctty)
+		}
 		done <- started{pid, err}
 		if err != nil {
 			runtime.UnlockOSThread()
@@ -243,6 +247,25 @@ func controllingTerminal() int {
 		}
 	}
 	return -1
+}
+
+// giveTerminalBack makes this process's group the foreground one of tty again, after a
+// child started with Foreground failed: it had made its own group the foreground one
+// before its exec failed, and the program, which then runs as PID 1 itself, was left in
+// the background of its own terminal, its reads failing (EIO) and a Ctrl-C sent to the
+// dead child's group. From the background, TIOCSPGRP fails with EIO (PID 1's group is
+// orphaned) or draws SIGTTOU unless the caller blocks SIGTTOU: this thread, locked to its
+// goroutine by the caller, blocks it for the call alone. Nothing is left to do if it
+// fails: the program runs on, as before, without the terminal.
+func giveTerminalBack(tty int) {
+	var ttou, was unix.Sigset_t
+	n := int(unix.SIGTTOU) - 1
+	ttou.Val[n/bits.UintSize] = 1 << (n % bits.UintSize)
+	if unix.PthreadSigmask(unix.SIG_BLOCK, &ttou, &was) != nil {
+		return
+	}
+	_ = unix.IoctlSetPointerInt(tty, unix.TIOCSPGRP, syscall.Getpgrp())
+	_ = unix.PthreadSigmask(unix.SIG_SETMASK, &was, nil)
 }
 
 // inherited returns the descriptors the program gets, each at its number: stdio and every

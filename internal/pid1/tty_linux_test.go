@@ -29,19 +29,7 @@ import (
 //	test types Ctrl-C ────────────────────────────> SIGINT to the program's group
 //	program exits 42 ──────── PID 1 exits 42
 func TestProgramOwnsTheTerminalOfATTYPod(t *testing.T) {
-	if os.Geteuid() != 0 {
-		realpart.Missing(t, "a new PID namespace needs root (run the tests as root)")
-	}
-	console, terminal := openConsole(t)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), programEnv+"=tty")
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = terminal, terminal, terminal
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, // runc's console
-		Cloneflags: syscall.CLONE_NEWPID, Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
-	p := &pid1{lines: readConsole(t, console)}
-	p.Process = pid1test.Start(t, cmd)
-	require.NoError(t, terminal.Close()) // the container's stdio holds it
-
+	p, console := startOnConsole(t, "tty")
 	p.waitLine(t, "foreground: true")
 	_, err := console.WriteString("hello\n")
 	require.NoError(t, err)
@@ -52,6 +40,53 @@ func TestProgramOwnsTheTerminalOfATTYPod(t *testing.T) {
 	code, signalled := p.wait(t)
 	assert.Equal(t, 42, code, "the program's exit status")
 	assert.False(t, signalled)
+}
+
+// The init of a tty: true pod that cannot start its child (no /proc/self/exe) runs the
+// program as PID 1 itself. The child it tried to start had made its own group the
+// terminal's foreground one before its exec failed, and nothing gave the terminal back:
+// the program was in the background of its own terminal, its read failed (EIO: PID 1's
+// group is orphaned) and a Ctrl-C went to the group of the dead child. The init now gives
+// the terminal back to its own group when the child could not be started:
+//
+//	runc: setsid, TIOCSCTTY ── PID 1 (init) ── child: TIOCSPGRP, exec fails
+//	PID 1: "running as PID 1 without it", the terminal its group's again
+//	test types "hello\n" ─────────────────────────> the program (PID 1) reads it
+//	test types Ctrl-C ────────────────────────────> SIGINT to PID 1's group
+func TestFailedChildStartLeavesTheTerminalToTheProgram(t *testing.T) {
+	p, console := startOnConsole(t, "tty", noChildEnv+"=1")
+	p.waitLine(t, "pid1.test: built-in init: starting /proc/self/exe: ")
+	p.waitLine(t, "foreground: true")
+	_, err := console.WriteString("hello\n")
+	require.NoError(t, err)
+	p.waitLine(t, `read "hello\n" <nil>`)
+	_, err = console.Write([]byte{3}) // Ctrl-C: the terminal's VINTR
+	require.NoError(t, err)
+	p.waitLine(t, "got SIGINT")
+	code, signalled := p.wait(t)
+	assert.Equal(t, 42, code, "the program's exit status")
+	assert.False(t, signalled)
+}
+
+// startOnConsole starts the test program prog as PID 1 of a new PID namespace as runc
+// starts a tty: true pod's command: a session of its own whose controlling terminal is
+// the console, its stdin, stdout and stderr. It returns PID 1, whose lines are what is
+// written to the terminal, and the console, where the test types.
+func startOnConsole(t *testing.T, prog string, env ...string) (*pid1, *os.File) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "a new PID namespace needs root (run the tests as root)")
+	}
+	console, terminal := openConsole(t)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(append(os.Environ(), programEnv+"="+prog), env...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = terminal, terminal, terminal
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, // runc's console
+		Cloneflags: syscall.CLONE_NEWPID, Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	p := &pid1{lines: readConsole(t, console)}
+	p.Process = pid1test.Start(t, cmd)
+	require.NoError(t, terminal.Close()) // the container's stdio holds it
+	return p, console
 }
 
 // openConsole opens a pseudo-terminal as a container runtime makes a pod's console: the
