@@ -2,6 +2,7 @@ package pid1
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -73,6 +74,14 @@ var forwarded = []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT
 //   - tty: handles SIGINT (Ready), says whether its process group is the foreground one of
 //     its stdin's terminal, reads a line from the terminal and prints it, then exits 42 on
 //     SIGINT (a Ctrl-C typed there);
+//   - shell-fg-job, shell-bg-job: a shell with job control on its terminal (stdin) runs
+//     "job" in a process group of its own, made the terminal's foreground one or not (a
+//     command typed alone, or with &), and exits with its status;
+//   - job: as `unshare --pid --fork` does, runs "foreground" as PID 1 of a new PID
+//     namespace, in the job's process group (outside that namespace), and exits with its
+//     status;
+//   - foreground: says whether its process group is the foreground one of its stdin's
+//     terminal and exits 0;
 //   - default: prints "ready" and waits for a signal, with Go's default handling of
 //     SIGTERM: it dies by it.
 func program(prog string) int {
@@ -141,6 +150,20 @@ func program(prog string) int {
 		return 0
 	case "tty":
 		return readTerminal()
+	case "shell-fg-job", "shell-bg-job":
+		job := self("job")
+		job.Stdin, job.Stdout = os.Stdin, os.Stdout
+		job.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Foreground: prog == "shell-fg-job", Ctty: 0}
+		return exitCode(job.Run())
+	case "job":
+		init := self("foreground")
+		init.Stdin, init.Stdout = os.Stdin, os.Stdout
+		init.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+		return exitCode(init.Run())
+	case "foreground":
+		foreground, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
+		fmt.Println("foreground:", err == nil && foreground == syscall.Getpgrp())
+		return 0
 	case "default":
 		Ready() // Go's default handling is the program's
 		fmt.Println("ready")
@@ -148,6 +171,19 @@ func program(prog string) int {
 		return 0
 	}
 	return 3
+}
+
+// exitCode is the exit status of a command that ran with err, 1 when it could not run.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if err == nil || errors.As(err, &ee) {
+		if ee != nil {
+			return ee.ExitCode()
+		}
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, err)
+	return 1
 }
 
 // readTerminal is the "tty" program: an interactive program on a pod's terminal (tty: true).

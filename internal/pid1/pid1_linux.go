@@ -240,13 +240,44 @@ func controllingTerminal() int {
 	for fd := range 3 {
 		// TIOCGPGRP fails (ENOTTY) on a terminal that is not the caller's controlling one.
 		if fg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil {
-			if fg != syscall.Getpgrp() {
+			if !inForeground(fd, fg) {
 				return -1
 			}
 			return fd
 		}
 	}
 	return -1
+}
+
+// inForeground reports whether this process's group is fg, the foreground group of its
+// controlling terminal fd. Both numbers are this PID namespace's, 0 for a group outside
+// it: under `unshare --pid --fork` started from a shell, both groups are (the job's and
+// the terminal's foreground one), and 0 == 0 took them for the same, so the child of an
+// init in a shell's background job took the shell's terminal. There the kernel tells: a
+// read of no bytes with SIGTTIN blocked fails (EIO) in a background group, and reads
+// nothing in the foreground one; blocked in this thread alone, for the call, so no
+// SIGTTIN is sent (to the job's group) and the init's forwarding misses nothing.
+func inForeground(fd, fg int) bool {
+	if own := syscall.Getpgrp(); fg != 0 || own != 0 {
+		return fg == own
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ttin, was := signalSet(unix.SIGTTIN), unix.Sigset_t{}
+	if unix.PthreadSigmask(unix.SIG_BLOCK, &ttin, &was) != nil {
+		return false
+	}
+	_, err := unix.Read(fd, nil)
+	_ = unix.PthreadSigmask(unix.SIG_SETMASK, &was, nil)
+	return err == nil
+}
+
+// signalSet is the signal set that holds sig alone.
+func signalSet(sig syscall.Signal) unix.Sigset_t {
+	var set unix.Sigset_t
+	n := int(sig) - 1
+	set.Val[n/bits.UintSize] = 1 << (n % bits.UintSize)
+	return set
 }
 
 // giveTerminalBack makes this process's group the foreground one of tty again, after a
@@ -258,9 +289,7 @@ func controllingTerminal() int {
 // goroutine by the caller, blocks it for the call alone. Nothing is left to do if it
 // fails: the program runs on, as before, without the terminal.
 func giveTerminalBack(tty int) {
-	var ttou, was unix.Sigset_t
-	n := int(unix.SIGTTOU) - 1
-	ttou.Val[n/bits.UintSize] = 1 << (n % bits.UintSize)
+	ttou, was := signalSet(unix.SIGTTOU), unix.Sigset_t{}
 	if unix.PthreadSigmask(unix.SIG_BLOCK, &ttou, &was) != nil {
 		return
 	}

@@ -29,7 +29,7 @@ import (
 //	test types Ctrl-C ────────────────────────────> SIGINT to the program's group
 //	program exits 42 ──────── PID 1 exits 42
 func TestProgramOwnsTheTerminalOfATTYPod(t *testing.T) {
-	p, console := startOnConsole(t, "tty")
+	p, console := startOnConsole(t, syscall.CLONE_NEWPID, "tty")
 	p.waitLine(t, "foreground: true")
 	_, err := console.WriteString("hello\n")
 	require.NoError(t, err)
@@ -54,7 +54,7 @@ func TestProgramOwnsTheTerminalOfATTYPod(t *testing.T) {
 //	test types "hello\n" ─────────────────────────> the program (PID 1) reads it
 //	test types Ctrl-C ────────────────────────────> SIGINT to PID 1's group
 func TestFailedChildStartLeavesTheTerminalToTheProgram(t *testing.T) {
-	p, console := startOnConsole(t, "tty", noChildEnv+"=1")
+	p, console := startOnConsole(t, syscall.CLONE_NEWPID, "tty", noChildEnv+"=1")
 	p.waitLine(t, "pid1.test: built-in init: starting /proc/self/exe: ")
 	p.waitLine(t, "foreground: true")
 	_, err := console.WriteString("hello\n")
@@ -68,11 +68,43 @@ func TestFailedChildStartLeavesTheTerminalToTheProgram(t *testing.T) {
 	assert.False(t, signalled)
 }
 
-// startOnConsole starts the test program prog as PID 1 of a new PID namespace as runc
-// starts a tty: true pod's command: a session of its own whose controlling terminal is
-// the console, its stdin, stdout and stderr. It returns PID 1, whose lines are what is
-// written to the terminal, and the console, where the test types.
-func startOnConsole(t *testing.T, prog string, env ...string) (*pid1, *os.File) {
+// An init started by hand under `unshare --pid --fork` from a shell is PID 1 of its
+// namespace in the job's process group, which, as the terminal's foreground group, is
+// outside the namespace: both read as 0 there. The init took them for the same group, so
+// from a shell's background job (`unshare -pf server &`) its child took the shell's
+// terminal, the shell's next read of it stopped or failed. The kernel tells the two
+// apart (a read of no bytes, SIGTTIN blocked, fails with EIO in the background):
+//
+//	shell (session leader, terminal's foreground group) ── job & (group of its own)
+//	job ── PID 1 (init, in the job's group) ── program: "foreground: false"
+//	the terminal's foreground group: still the shell's
+func TestInitInAShellsBackgroundJobLeavesTheTerminalToTheShell(t *testing.T) {
+	p, console := startOnConsole(t, 0, "shell-bg-job")
+	p.waitLine(t, "foreground: false")
+	fg, err := unix.IoctlGetInt(int(console.Fd()), unix.TIOCGPGRP)
+	require.NoError(t, err)
+	assert.Equal(t, p.Cmd.Process.Pid, fg, "the terminal's foreground group is the shell's")
+	code, signalled := p.wait(t)
+	assert.Equal(t, 0, code)
+	assert.False(t, signalled)
+}
+
+// Typed alone at the shell's prompt, the job is the terminal's foreground group, and so
+// is the program under the init, where it reads the terminal (row 3480).
+func TestInitInAShellsForegroundJobHandsTheTerminalToTheProgram(t *testing.T) {
+	p, _ := startOnConsole(t, 0, "shell-fg-job")
+	p.waitLine(t, "foreground: true")
+	code, signalled := p.wait(t)
+	assert.Equal(t, 0, code)
+	assert.False(t, signalled)
+}
+
+// startOnConsole starts the test program prog as runc starts a tty: true pod's command,
+// in a session of its own whose controlling terminal is the console, its stdin, stdout
+// and stderr, with cloneflags (CLONE_NEWPID: as PID 1 of a new PID namespace). It returns
+// the process, whose lines are what is written to the terminal, and the console, where
+// the test types.
+func startOnConsole(t *testing.T, cloneflags uintptr, prog string, env ...string) (*pid1, *os.File) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		realpart.Missing(t, "a new PID namespace needs root (run the tests as root)")
@@ -82,7 +114,7 @@ func startOnConsole(t *testing.T, prog string, env ...string) (*pid1, *os.File) 
 	cmd.Env = append(append(os.Environ(), programEnv+"="+prog), env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = terminal, terminal, terminal
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, // runc's console
-		Cloneflags: syscall.CLONE_NEWPID, Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+		Cloneflags: cloneflags, Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
 	p := &pid1{lines: readConsole(t, console)}
 	p.Process = pid1test.Start(t, cmd)
 	require.NoError(t, terminal.Close()) // the container's stdio holds it
