@@ -27,6 +27,9 @@ const holdEnv = "PID1_TEST_HOLD_START"
 // holdPID1Env is hold_test.go's HoldPID1Env (package pid1_test, initialised after pid1).
 const holdPID1Env = "PID1_TEST_HOLD_PID1"
 
+// readerEnv makes the "job" program start a reader of its terminal beside the init.
+const readerEnv = "PID1_TEST_JOB_READER"
+
 // noChildEnv makes PID 1 hide /proc before Init (a tmpfs over it, in the mount namespace
 // of its own that pid1test.StartPID1 gives it), so that starting the child from
 // /proc/self/exe fails and the program runs as PID 1 without the init.
@@ -79,8 +82,10 @@ var forwarded = []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT
 //     command typed alone, or with &), and exits with its status;
 //   - job: as `unshare --pid --fork` does, runs "foreground" as PID 1 of a new PID
 //     namespace, in the job's process group (outside that namespace), and exits with its
-//     status;
-//   - foreground: says whether its process group is the foreground one of its stdin's
+//     status; with readerEnv set, it first starts cat on its terminal, in its own process
+//     group, and waits until cat is asleep in its read (`cat | unshare -pf server`), then
+//     runs "foreground" with its stdin /dev/null, and kills cat once that has exited;
+//   - foreground: says whether its process group is the foreground one of its stdout's
 //     terminal and exits 0;
 //   - default: prints "ready" and waits for a signal, with Go's default handling of
 //     SIGTERM: it dies by it.
@@ -158,10 +163,19 @@ func program(prog string) int {
 	case "job":
 		init := self("foreground")
 		init.Stdin, init.Stdout = os.Stdin, os.Stdout
+		if os.Getenv(readerEnv) != "" {
+			cat, err := readingTerminal()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer func() { _ = cat.Process.Kill(); _ = cat.Wait() }()
+			init.Stdin = nil
+		}
 		init.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
 		return exitCode(init.Run())
 	case "foreground":
-		foreground, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
+		foreground, err := unix.IoctlGetInt(1, unix.TIOCGPGRP)
 		fmt.Println("foreground:", err == nil && foreground == syscall.Getpgrp())
 		return 0
 	case "default":
@@ -171,6 +185,23 @@ func program(prog string) int {
 		return 0
 	}
 	return 3
+}
+
+// readingTerminal starts cat on this process's terminal (stdin and stdout) and returns
+// once cat is asleep in its read of it, holding the terminal's read lock.
+func readingTerminal() (*exec.Cmd, error) {
+	cat := exec.Command("cat")
+	cat.Stdin, cat.Stdout = os.Stdin, os.Stdout
+	if err := cat.Start(); err != nil {
+		return nil, err
+	}
+	wchan := fmt.Sprintf("/proc/%d/wchan", cat.Process.Pid)
+	for {
+		if b, err := os.ReadFile(wchan); err != nil || string(b) == "wait_woken" { // n_tty_read's sleep
+			return cat, err
+		}
+		time.Sleep(time.Millisecond) // polls the state it waits for: no timing assertion
+	}
 }
 
 // exitCode is the exit status of a command that ran with err, 1 when it could not run.

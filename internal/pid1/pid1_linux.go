@@ -240,7 +240,7 @@ func controllingTerminal() int {
 	for fd := range 3 {
 		// TIOCGPGRP fails (ENOTTY) on a terminal that is not the caller's controlling one.
 		if fg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil {
-			if !inForeground(fd, fg) {
+			if !inForeground(fg) {
 				return -1
 			}
 			return fd
@@ -250,26 +250,35 @@ func controllingTerminal() int {
 }
 
 // inForeground reports whether this process's group is fg, the foreground group of its
-// controlling terminal fd. Both numbers are this PID namespace's, 0 for a group outside
-// it: under `unshare --pid --fork` started from a shell, both groups are (the job's and
-// the terminal's foreground one), and 0 == 0 took them for the same, so the child of an
-// init in a shell's background job took the shell's terminal. There the kernel tells: a
-// read of no bytes with SIGTTIN blocked fails (EIO) in a background group, and reads
-// nothing in the foreground one; blocked in this thread alone, for the call, so no
-// SIGTTIN is sent (to the job's group) and the init's forwarding misses nothing.
-func inForeground(fd, fg int) bool {
+// controlling terminal. Both numbers are this PID namespace's, 0 for a group outside it:
+// under `unshare --pid --fork` started from a shell, both groups are (the job's and the
+// terminal's foreground one), and 0 == 0 took them for the same, so the child of an init
+// in a shell's background job took the shell's terminal. There the kernel tells: a read
+// of no bytes with SIGTTIN blocked fails (EIO) in a background group, and reads nothing in
+// the foreground one. It reads from a non-blocking descriptor of its own (/dev/tty, the
+// controlling terminal), where a foreground reader asleep in its read of the terminal
+// (`cat | unshare -pf server`) holds its read lock: EAGAIN, after the background check;
+// the blocking stdio waited for that reader's next line. SIGTTIN is blocked in this
+// thread alone, for the call, so none is sent (to the job's group) and the init's
+// forwarding misses nothing. Where /dev/tty does not open, the terminal is not taken.
+func inForeground(fg int) bool {
 	if own := syscall.Getpgrp(); fg != 0 || own != 0 {
 		return fg == own
 	}
+	tty, err := unix.Open("/dev/tty", unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(tty)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	ttin, was := signalSet(unix.SIGTTIN), unix.Sigset_t{}
 	if unix.PthreadSigmask(unix.SIG_BLOCK, &ttin, &was) != nil {
 		return false
 	}
-	_, err := unix.Read(fd, nil)
+	_, err = unix.Read(tty, nil)
 	_ = unix.PthreadSigmask(unix.SIG_SETMASK, &was, nil)
-	return err == nil
+	return err == nil || errors.Is(err, unix.EAGAIN)
 }
 
 // signalSet is the signal set that holds sig alone.

@@ -99,6 +99,19 @@ func TestInitInAShellsForegroundJobHandsTheTerminalToTheProgram(t *testing.T) {
 	assert.False(t, signalled)
 }
 
+// A foreground job whose other command reads the terminal (`cat | unshare -pf server`):
+// cat, asleep in its read, holds the terminal's read lock, and the init's read of no
+// bytes, which tells a foreground group from a background one, waited for it, the program
+// not started until a line was typed. The init reads from a non-blocking descriptor of
+// its own, which does not wait for the lock.
+func TestInitInAShellsForegroundJobDoesNotWaitForAReaderOfTheTerminal(t *testing.T) {
+	p, _ := startOnConsole(t, 0, "shell-fg-job", readerEnv+"=1")
+	p.waitLine(t, "foreground: true")
+	code, signalled := p.wait(t)
+	assert.Equal(t, 0, code)
+	assert.False(t, signalled)
+}
+
 // startOnConsole starts the test program prog as runc starts a tty: true pod's command,
 // in a session of its own whose controlling terminal is the console, its stdin, stdout
 // and stderr, with cloneflags (CLONE_NEWPID: as PID 1 of a new PID namespace). It returns
