@@ -172,7 +172,10 @@ func program(prog string) int {
 			defer func() { _ = cat.Process.Kill(); _ = cat.Wait() }()
 			init.Stdin = nil
 		}
-		init.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+		if err := inNewPIDNamespace(init); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 		return exitCode(init.Run())
 	case "foreground":
 		foreground, err := unix.IoctlGetInt(1, unix.TIOCGPGRP)

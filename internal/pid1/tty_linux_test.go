@@ -112,6 +112,13 @@ func TestInitInAShellsForegroundJobDoesNotWaitForAReaderOfTheTerminal(t *testing
 	assert.False(t, signalled)
 }
 
+// inNewPIDNamespace makes cmd start as PID 1 of a new PID namespace, as
+// `unshare --pid --fork` starts its command, in its starter's process group.
+func inNewPIDNamespace(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+	return nil
+}
+
 // startOnConsole starts the test program prog as runc starts a tty: true pod's command,
 // in a session of its own whose controlling terminal is the console, its stdin, stdout
 // and stderr, with cloneflags (CLONE_NEWPID: as PID 1 of a new PID namespace). It returns
