@@ -59,10 +59,12 @@
 //     (BenchmarkSignalForwarding, on a loaded 2-core VM), against seconds of drain.
 //   - The child has a process group of its own, so a signal sent to PID 1's group reaches
 //     it once, forwarded, not twice: a second SIGINT or SIGTERM forces a server's shutdown.
-//     Where PID 1 has a controlling terminal (a pod with `tty: true`), the child's group is
-//     made the terminal's foreground one before the program starts, as tini does: the
-//     program reads and writes the terminal (in the background its first read stopped it
-//     for good), and a Ctrl-C there reaches its group, not the init's. Where the child
+//     Where PID 1 has a controlling terminal whose foreground group is PID 1's (a pod with
+//     `tty: true`), the child's group is made the terminal's foreground one before the
+//     program starts, as tini does: the program reads and writes the terminal (in the
+//     background its first read stopped it for good), and a Ctrl-C there reaches its
+//     group, not the init's. A shell's background job keeps its shell's terminal, under
+//     `unshare --pid --fork` too, where both groups are outside PID 1's namespace. Where the child
 //     cannot be started after all, the init gives the terminal back to its own group,
 //     where the program then runs.
 //   - Exit status: the child's exit code, or 128+n when signal n ended it (as shells and
