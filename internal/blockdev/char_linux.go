@@ -141,7 +141,7 @@ func ReadCharsHeld(ctx context.Context, dir string, want map[DevNum]bool) (open,
 		mapped []DevNum
 		err    error
 	}
-	r, ok, late := within(ctx, MapsWait, func() (r result) {
+	r, ok, late := within(ctx, filepath.Join(dir, "maps"), MapsWait, func() (r result) {
 		r.mapped, r.err = charsMapped(dir, rest)
 		return r
 	})

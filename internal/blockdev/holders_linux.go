@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -154,7 +155,7 @@ func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before fu
 		// whose mountinfo could be read: marked before, a read that failed
 		// (EMFILE for a moment, the process exiting) lost every mount of
 		// that namespace for the scan, a file system on the disk with them.
-		mounts, err := boundedMountHolders(ctx, filepath.Join(dir, "mountinfo"), want)
+		mounts, err := boundedMountHolders(ctx, filepath.Join(dir, "mountinfo"), mountTable(procRoot, dir, ns), want)
 		if ended(ctx) != nil { // its namespace's mounts not all read: not known
 			mountsNotRead(out, devs, seenNS, unreadNS)
 			return out, &CutError{Unread: pids[i:], Total: len(pids), Err: ended(ctx)}
@@ -501,7 +502,8 @@ const MapsWait = 250 * time.Millisecond
 // one. When the mappings are not read within MapsWait it returns an error
 // and calls found for none (Scan's Detail says whether the kernel held the
 // read or the machine was too busy to run it): the read goes on in a goroutine of its own
-// until the kernel answers, then ends. When they cannot be read (an error
+// until the kernel answers, then ends, and until then a read of the same
+// maps waits for it (within) and starts no other. When they cannot be read (an error
 // other than the process having exited) it returns the error, having
 // called found for what it read before it. A mapping whose file it could
 // type neither through map_files nor by its path is an error too, found
@@ -525,7 +527,7 @@ func boundedMapHolders(ctx context.Context, dir string, want map[DevNum]bool, ca
 		ringMapped bool
 		err        error
 	}
-	r, ok, late := within(ctx, MapsWait, func() (r result) {
+	r, ok, late := within(ctx, filepath.Join(dir, "maps"), MapsWait, func() (r result) {
 		r.ringMapped, r.err = mapHolders(dir, want, c, func(dev DevNum, m string) { r.hits = append(r.hits, holding{dev, m}) })
 		return r
 	})
@@ -572,35 +574,97 @@ type holding struct {
 // take microseconds not all run within 100 ms), and only the thread's
 // state tells a read the kernel holds from one that was slow to be run.
 // When ctx has ended already, f does not start.
-func within[T any](ctx context.Context, d time.Duration, f func() T) (result T, ok bool, late lateCause) {
+//
+// file names what f reads (a process's maps, its rings' fdinfo, a mount
+// namespace's mountinfo): while a read of file runs, given up on or not,
+// f does not start; within waits for that read, in the same bound, and
+// starts f when it has ended, or, when the bound passes first, is not ok,
+// late being what that read's thread is doing. One thread at most waits
+// in the kernel for a file, however many scans a stall outlasts. Before,
+// each scan started a read of its own: a holder wait polling a stalled
+// file every 100 ms left a thread asleep in the kernel each time
+// (docs/faults.md row 3760).
+func within[T any](ctx context.Context, file string, d time.Duration, f func() T) (result T, ok bool, late lateCause) {
 	if ended(ctx) != nil {
 		return result, false, notRun // not started: its reads would be dropped
 	}
+	wait := time.NewTimer(d)
+	defer wait.Stop()
+	read, earlier := reading.start(file)
+	for earlier != nil {
+		select {
+		case <-earlier.done:
+			read, earlier = reading.start(file)
+			continue
+		case <-wait.C:
+		case <-ctx.Done():
+		}
+		return result, false, threadLate(int(earlier.tid.Load()))
+	}
 	done := make(chan T, 1)
-	var tid atomic.Int32
 	go func() {
+		defer reading.end(file, read)
 		// Locked, f's goroutine is the thread's alone: the thread asleep
 		// in a system call is f's read waiting in the kernel.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		tid.Store(int32(unix.Gettid()))
+		read.tid.Store(int32(unix.Gettid()))
 		done <- f()
 	}()
-	wait := time.NewTimer(d)
-	defer wait.Stop()
 	select {
 	case r := <-done:
 		return r, true, 0
 	case <-wait.C:
 	case <-ctx.Done():
 	}
-	late = threadLate(int(tid.Load()))
+	late = threadLate(int(read.tid.Load()))
 	select {
 	case r := <-done: // done as the bound passed
 		return r, true, 0
 	default:
 		return result, false, late
 	}
+}
+
+// reading is the bounded reads of this process that have not ended, by
+// the file each reads. It is the package's because what it stands for
+// is: a thread asleep in the kernel outlives the scan, the step and the
+// caller that started its read, and only the next read of the same file,
+// by whichever of them, can tell it is still there.
+var reading = readsInFlight{reads: map[string]*boundedRead{}}
+
+// readsInFlight is the bounded reads running, one at most a file.
+type readsInFlight struct {
+	mu    sync.Mutex
+	reads map[string]*boundedRead
+}
+
+// boundedRead is one read within runs: done is closed when it has ended,
+// tid is its thread's (0 until its goroutine runs).
+type boundedRead struct {
+	done chan struct{}
+	tid  atomic.Int32
+}
+
+// start returns a new read of file, now the one in flight, or, when a
+// read of file is in flight already, that read and no new one.
+func (r *readsInFlight) start(file string) (read, earlier *boundedRead) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if earlier := r.reads[file]; earlier != nil {
+		return nil, earlier
+	}
+	read = &boundedRead{done: make(chan struct{})}
+	r.reads[file] = read
+	return read, nil
+}
+
+// end says read of file has ended.
+func (r *readsInFlight) end(file string, read *boundedRead) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.reads, file)
+	close(read.done)
 }
 
 // lateCause is why a bounded read was not done in time, as its thread's
@@ -855,9 +919,13 @@ func nextField(b []byte) (field, rest []byte) {
 // stuck on a hung file system holds), held the scan, and the ublk step's
 // stage with it, until the read ended (docs/faults.md row 3400). A read
 // given up goes on in a goroutine of its own to its end, its result
-// dropped. Without a deadline it is waited for, as before. Its error is
+// dropped; until then the reads of its namespace's mountinfo wait for it
+// and start no other (within). Without a deadline it is waited for, as before. Its error is
 // ctx's, by ended, when the read did not end in time.
-func boundedMountHolders(ctx context.Context, mountinfo string, want map[DevNum]bool) ([]holding, error) {
+//
+// table is what the read reads, for within: the mount namespace's table,
+// which every mountinfo of its processes is read from (mountTable).
+func boundedMountHolders(ctx context.Context, mountinfo, table string, want map[DevNum]bool) ([]holding, error) {
 	type result struct {
 		hits []holding
 		err  error
@@ -871,11 +939,23 @@ func boundedMountHolders(ctx context.Context, mountinfo string, want map[DevNum]
 		r := read()
 		return r.hits, r.err
 	}
-	r, done, _ := within(ctx, time.Until(end), read)
+	r, done, _ := within(ctx, table, time.Until(end), read)
 	if !done {
 		return nil, ended(ctx)
 	}
 	return r.hits, r.err
+}
+
+// mountTable names, for within, the mount table that the mountinfo of
+// the process whose procfs directory is dir shows: its mount namespace
+// ns, of procfs at procRoot, when ns is known, or that mountinfo alone.
+// A read stalled on a namespace's lock stalls every one of its processes'
+// mountinfo: one of them waiting, the others are not read again.
+func mountTable(procRoot, dir, ns string) string {
+	if ns == "" {
+		return filepath.Join(dir, "mountinfo")
+	}
+	return procRoot + " " + ns
 }
 
 // mountLinesBetweenChecks is how many lines of a mountinfo mountHolders

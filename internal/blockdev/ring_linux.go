@@ -75,7 +75,7 @@ func ringHolders(ctx context.Context, dir string, rings []string, want map[DevNu
 		unlisted   []string
 		unreadable []string // "N (error)"
 	}
-	r, ok, late := within(ctx, RingWait, func() (r result) {
+	r, ok, late := within(ctx, filepath.Join(dir, "fdinfo"), RingWait, func() (r result) {
 		for _, fd := range rings {
 			files, known, err := readRing(filepath.Join(dir, "fdinfo", fd))
 			switch {

@@ -37,7 +37,7 @@ func TestReadGivenUpOnSaysWhetherTheKernelHeldIt(t *testing.T) {
 			}
 			cancel()
 		}()
-		_, ok, late := within(ctx, time.Hour, func() error {
+		_, ok, late := within(ctx, "a pipe nobody writes", time.Hour, func() error {
 			_, err := unix.Read(p[0], make([]byte, 1))
 			return err
 		})
@@ -48,7 +48,7 @@ func TestReadGivenUpOnSaysWhetherTheKernelHeldIt(t *testing.T) {
 	})
 	t.Run("running", func(t *testing.T) {
 		var stop, ended atomic.Bool
-		_, ok, late := within(context.Background(), time.Millisecond, func() int {
+		_, ok, late := within(context.Background(), "slow reads", time.Millisecond, func() int {
 			defer ended.Store(true)
 			n := 0
 			for !stop.Load() { // slow reads: running, or waiting to run
@@ -66,7 +66,7 @@ func TestReadGivenUpOnSaysWhetherTheKernelHeldIt(t *testing.T) {
 	})
 	t.Run("parked by the Go runtime", func(t *testing.T) {
 		release := make(chan struct{})
-		_, ok, late := within(context.Background(), time.Millisecond, func() bool {
+		_, ok, late := within(context.Background(), "a parked read", time.Millisecond, func() bool {
 			<-release // a goroutine parked: its locked thread sleeps in futex
 			return true
 		})
