@@ -63,7 +63,8 @@
 // as many as the current limit run (abandoned ones apart); a lowered limit
 // lets the running ones finish. The limit never leaves [1, maximum]. No retry starts whose backoff wait would end past
 // the phase deadline or the sandbox's deadline. A panicking Preserve is recovered and reported
-// with its stack, as is one that ends its goroutine (runtime.Goexit); so is a panicking Lister, or one that ends its goroutine
+// with its stack, as is one that ends its goroutine (runtime.Goexit), or whose
+// error's RetryAt, Config.Permanent or Config.BackOff policy ends it; so is a panicking Lister, or one that ends its goroutine
 // (runtime.Goexit), whose listing is retried (with
 // the sandboxes it returned, when its error's Error or Unwrap panicked:
 // such an error is its panic, as it is a Preserve's). A

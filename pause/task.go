@@ -343,22 +343,25 @@ func (t *task) preserve(ps *pass, sb Sandbox, res *result) {
 	*res = t.try(ps, sb)
 }
 
-// exited settles t, a task of ps whose Preserve ended the worker's
+// exited settles t, a task of ps whose preserve ended the worker's
 // goroutine with runtime.Goexit (t.FailNow in a test's Preserve, a
-// library that calls it), as Failed, not retried, with the stack, as a
-// panic is: the Report and the line at Warn say why. The worker goes with
+// library that calls it) in code of the user's: its Preserve (call), or
+// what a Preserve's error is given to (failed). It is Failed, not
+// retried, with the stack, as a panic is: the Report and the line at Warn
+// say why. retried says a retry began (retryBegan). The worker goes with
 // its goroutine, so a new goroutine takes its slot and the tasks it would
 // have taken. Left to the worker's normal end, nothing settled t nor gave
 // its slot back: the sandboxes after it waited for a slot to the phase
 // deadline, and the Run for the hard deadline, which called t timed out
-// (docs/faults.md row 3620). A task abandoned while it ran is the
+// (docs/faults.md rows 3620, 3720). A task abandoned while it ran is the
 // Report's if it has not been made (returnedLate), and its worker holds
 // no slot.
-func (t *task) exited(ps *pass) {
+func (t *task) exited(ps *pass, retried bool) {
 	r := ps.r
-	res := result{outcome: Failed, end: time.Now(), stack: string(debug.Stack()),
-		err: fmt.Errorf("pause: Preserve of %s called runtime.Goexit (t.FailNow in a test's Preserve?) instead of returning; not preserved, and not retried", ps.tasks.entry(t).ID)}
-	r.retryEnded(t.attempts.Load() > 1) // a retry began after the first attempt failed (try)
+	stack := string(debug.Stack())
+	res := result{outcome: Failed, end: time.Now(), stack: stack,
+		err: fmt.Errorf("pause: %s of %s called runtime.Goexit (t.FailNow in a test's?) instead of returning; not preserved, and not retried", exitedIn(stack), ps.tasks.entry(t).ID)}
+	r.retryEnded(retried)
 	if x := ps.tasks.extra(t); x != nil && x.watch != nil {
 		x.watch.Stop()
 	}
@@ -370,42 +373,96 @@ func (t *task) exited(ps *pass) {
 	go r.carryOn(ps, res.end, next, area0)
 }
 
+// exitedIn names the code of the user's whose runtime.Goexit the stack
+// of exited shows: the Preserve, or what its error was given to.
+func exitedIn(stack string) string {
+	for _, c := range [...]struct{ frame, who string }{
+		{"pause.(*run).permanent(", "Config.Permanent, given the error of the Preserve"},
+		{"pause.(*run).retryAt(", "an error's RetryAt, the error of the Preserve"},
+		{"pause.(*task).afterFailure(", "Config.BackOff's policy, or the error, of the Preserve"},
+	} {
+		if strings.Contains(stack, c.frame) {
+			return c.who
+		}
+	}
+	return "Preserve"
+}
+
 // try calls Preserve of sb, the sandbox of t, a task of ps, until it
 // succeeds, fails permanently, or no retry fits before the task's
 // deadline.
 func (t *task) try(ps *pass, sb Sandbox) result {
-	var bo backoff.BackOff
-	var before error // the failure the attempt running was made again after
-	r := ps.r
+	var f failures
 	ctx := t.ctx(ps)
 	for {
 		t.attempts.Add(1)
 		stack, err := t.call(ps, ctx, sb)
 		if err == nil {
-			// Apart from ended, whose frame (the failures' cases) under
-			// this one passes what a worker's first 2 KiB stack leaves: a
+			// Apart from failed, whose frames (the failures' cases) under
+			// this one pass what a worker's first 2 KiB stack leaves: a
 			// preserve that succeeds grows no worker's stack.
-			r.retryEnded(bo != nil)
+			ps.r.retryEnded(f.bo != nil)
 			return result{outcome: Preserved, end: time.Now()}
 		}
 		var res result
-		if r.ended(&res, ctx, stack, err, before) {
-			r.retryEnded(bo != nil)
+		if t.failed(ps, ctx, &f, stack, err, &res) {
 			return res
 		}
-		before = err
-		if bo == nil {
-			bo = r.cfg.newBackOff(ctx)
-			r.retryBegan()
-		}
-		if again, late := t.retryWait(r, ctx, bo.NextBackOff(), err); !again {
-			if late != nil {
-				err = late
-			}
-			r.retryEnded(true)
-			return result{outcome: Failed, end: time.Now(), err: err}
-		}
 	}
+}
+
+// failures is what try keeps of a task's failed attempts: the retry
+// policy, made at the first transient failure, and the failure the
+// attempt running was made again after.
+type failures struct {
+	bo     backoff.BackOff
+	before error
+}
+
+// failed decides what follows the attempt of t, a task of ps, on ctx
+// that failed with err (with stack, if it panicked): it writes how the
+// preserve ended to res and reports true, or waits for the retry and
+// reports false (afterFailure). The user's code it calls (Config.Permanent,
+// Config.BackOff's policy, an error's RetryAt) may end the worker's
+// goroutine instead of returning (runtime.Goexit: t.FailNow in a test's
+// classifier or error type): the task is then settled as the goroutine
+// goes (exited), as a Preserve that ends it is (call). Left to the
+// worker's normal end, nothing settled the task nor gave its slot back
+// (docs/faults.md row 3720). Its check runs on the failures' path alone,
+// whose frames are apart from a preserve that succeeds (see try).
+func (t *task) failed(ps *pass, ctx context.Context, f *failures, stack string, err error, res *result) bool {
+	returned := false
+	defer func() {
+		if !returned {
+			t.exited(ps, t.attempts.Load() > 1) // a retry began after the first attempt failed
+		}
+	}()
+	ended := t.afterFailure(ps, ctx, f, stack, err, res)
+	returned = true
+	return ended
+}
+
+// afterFailure is failed's work: the failure's end, or the retry's wait.
+func (t *task) afterFailure(ps *pass, ctx context.Context, f *failures, stack string, err error, res *result) bool {
+	r := ps.r
+	if r.ended(res, ctx, stack, err, f.before) {
+		r.retryEnded(f.bo != nil)
+		return true
+	}
+	f.before = err
+	if f.bo == nil {
+		f.bo = r.cfg.newBackOff(ctx)
+		r.retryBegan()
+	}
+	if again, late := t.retryWait(r, ctx, f.bo.NextBackOff(), err); !again {
+		if late != nil {
+			err = late
+		}
+		r.retryEnded(true)
+		*res = result{outcome: Failed, end: time.Now(), err: err}
+		return true
+	}
+	return false
 }
 
 // ended writes to res how an attempt that returned err (with stack, if it
@@ -549,7 +606,7 @@ func (t *task) call(ps *pass, ctx context.Context, sb Sandbox) (stack string, er
 			// A deferred call of a runtime.Goexit panicked: the Goexit goes
 			// on once its panic is recovered, and call does not return.
 		}
-		t.exited(ps) // runtime.Goexit: recover finds no panic
+		t.exited(ps, t.attempts.Load() > 1) // runtime.Goexit: recover finds no panic
 	}()
 	err = sb.Preserve(ctx)
 	returned = true
