@@ -95,3 +95,40 @@ func TestUserCodeAWorkerCallsAfterAPreserveThatEndsItsGoroutineFailsItsSandbox(t
 		})
 	}
 }
+
+// A sandbox whose error's RetryAt ends the worker's goroutine as its
+// first retry is waited for has failed, and is no longer retrying: the
+// progress line said it was, for the rest of the Run, once its first
+// attempt had failed (its retry began before the wait) and its attempts
+// (one) said no retry had.
+//
+//	0 s    fails' Preserve fails (1 s); its retry's wait asks RetryAt,
+//	       which ends the worker: fails failed
+//	1 min  before: "preserved 0/2, 1 failed, 1 retrying after a failure, ..."
+//	       now:    "preserved 0/2, 1 failed, 2m0s to the preserve deadline"
+func TestASandboxFailedAsItsRetryWasWaitedForIsNotRetrying(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		long := &fakesandbox.Sandbox{Name: "long", Latency: 3 * time.Minute} // keeps the Run, and its lines, past a minute
+		listed := false
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			if listed {
+				return nil, nil
+			}
+			listed = true
+			return []pause.Sandbox{failsOnce{errAsksWhenToRetry{exit: true}}, long}, nil
+		}), pause.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ProgressInterval: time.Minute})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, 3*time.Minute, 4*time.Minute)
+		assert.Equal(t, pause.Failed, entry(t, rep, "fails").Outcome)
+		var progress []string
+		for line := range strings.Lines(logs.String()) {
+			if strings.Contains(line, "pause: progress") {
+				progress = append(progress, line)
+			}
+		}
+		require.NotEmpty(t, progress)
+		assert.Contains(t, progress[0], `msg="pause: progress: preserved 0/2, 1 failed, 2m0s to the preserve deadline"`)
+		assert.NotContains(t, progress[0], "retrying")
+	})
+}

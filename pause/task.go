@@ -434,7 +434,10 @@ func (t *task) failed(ps *pass, ctx context.Context, f *failures, stack string, 
 	returned := false
 	defer func() {
 		if !returned {
-			t.exited(ps, t.attempts.Load() > 1) // a retry began after the first attempt failed
+			// Its retry began with its policy, before the wait whose
+			// RetryAt or policy may have ended it: its attempts say
+			// none was made yet (docs/faults.md row 3721).
+			t.exited(ps, f.bo != nil)
 		}
 	}()
 	ended := t.afterFailure(ps, ctx, f, stack, err, res)
@@ -606,7 +609,7 @@ func (t *task) call(ps *pass, ctx context.Context, sb Sandbox) (stack string, er
 			// A deferred call of a runtime.Goexit panicked: the Goexit goes
 			// on once its panic is recovered, and call does not return.
 		}
-		t.exited(ps, t.attempts.Load() > 1) // runtime.Goexit: recover finds no panic
+		t.exited(ps, t.attempts.Load() > 1) // runtime.Goexit: recover finds no panic; a retry began before a second attempt
 	}()
 	err = sb.Preserve(ctx)
 	returned = true
