@@ -132,3 +132,58 @@ func TestASandboxFailedAsItsRetryWasWaitedForIsNotRetrying(t *testing.T) {
 		assert.NotContains(t, progress[0], "retrying")
 	})
 }
+
+// priorityExits is a sandbox whose Priority ends its goroutine
+// (t.FailNow in a test's Sandbox): Run's own, which admits it.
+type priorityExits struct{}
+
+func (priorityExits) ID() string                     { return "exits" }
+func (priorityExits) Priority() int                  { runtime.Goexit(); return 0 }
+func (priorityExits) Preserve(context.Context) error { return nil }
+
+// A Sandbox's method that Run calls on its own goroutine (ID, Priority,
+// EstimatedPreserve, Size) and that ends it (runtime.Goexit) ends the Run
+// with it: Run cannot return to a caller whose goroutine is ending. It
+// leaves the Preserver as no Run in progress, and says so at Error: a
+// Tighten after it moves nothing, and the next Run is the one a Tighten
+// moves. The Run stayed the Preserver's Run in progress, so a Tighten
+// meanwhile went to a Run that would never end, and said it moved it.
+//
+//	0 s   Run 1 admits exits, whose Priority ends Run 1's goroutine
+//	      Tighten: before true (Run 1 "moved"), now false, and a line at Error
+//	      Run 2: a preserved at 1 s, and a Tighten during it moves it
+func TestARunWhoseGoroutineASandboxEndsLeavesNoRunInProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := &fakesandbox.Sandbox{Name: "a", Latency: time.Second}
+		var logs logbuf.Buffer
+		second := false
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			if second {
+				return []pause.Sandbox{a}, nil
+			}
+			return []pause.Sandbox{priorityExits{}}, nil
+		}), pause.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		require.NoError(t, err)
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			p.Run(t.Context(), time.Now().Add(time.Minute))
+			t.Error("Run returned to a goroutine that was ending")
+		}()
+		<-ended
+		synctest.Wait()
+		assert.False(t, p.Tighten(time.Now().Add(30*time.Second)), "no Run is in progress")
+		assert.Contains(t, logs.String(), `level=ERROR msg="pause: Run's goroutine ended before its Report`)
+
+		second = true
+		moved := make(chan bool)
+		go func() {
+			time.Sleep(500 * time.Millisecond)
+			moved <- p.Tighten(time.Now().Add(30 * time.Second))
+		}()
+		rep := p.Run(t.Context(), time.Now().Add(time.Minute))
+		assert.True(t, <-moved, "Run 2 is the one in progress")
+		assert.Equal(t, 1, rep.Counts[pause.Preserved])
+		assert.False(t, rep.Hard.IsZero(), "Run 2's Report says the Tighten")
+	})
+}

@@ -202,13 +202,19 @@ func (p *Preserver) SizeEstimate(size int64) (time.Duration, bool) {
 // entry for every sandbox any pass listed.
 //
 // Run returns by max(ctx's deadline, hard) at the latest; with neither, it
-// returns when every preserve has.
+// returns when every preserve has. Code of the user's that Run calls on
+// the caller's goroutine (a Sandbox's ID, Priority, EstimatedPreserve or
+// Size, the log handler, the TracerProvider) and that ends it
+// (runtime.Goexit: t.FailNow in a test's Sandbox) ends the Run with it:
+// no Report, the preserves running cut as at the Run's end, a line at
+// Error with the stack, and no Run in progress for Tighten from then.
 func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 	if !p.made() {
 		return notMadeReport(ctx, hard)
 	}
 	r := p.newRun(ctx, hard) // the Run in progress, for Tighten
 	defer r.close()
+	r.begin(ctx, hard)
 	var bo backoff.BackOff // between passes that found only sandboxes listed again
 	var retry error        // the last listing's, to be made again
 	for pass := 1; ; pass++ {

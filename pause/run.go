@@ -155,14 +155,24 @@ func (r *run) firstLog(kind uint32) bool {
 // it as the Run in progress (p.cur) before anything else: a Tighten from
 // the moment Run is called moves its hard deadline, however long what
 // follows takes (a slow log sink, a slow span exporter).
+//
+// It calls no code of the user's: begin, after Run defers close, does.
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	start := time.Now() // the Report's Start and the in-flight integral's: one clock reading
 	r := &run{p: p, cfg: &p.cfg, wake: make(chan struct{}, 1)}
 	r.phase, r.hard = deadlines(ctx, hard)
-	given := r.hard
 	p.cur.Store(r)
 	r.takeSpare()
 	r.slots(start) // before the span: it carries the limit the Run starts at
+	r.rep = &Report{Start: start, Deadline: r.phase, Counts: make(map[Outcome]int)}
+	return r
+}
+
+// begin starts the Run made by newRun with ctx and hard: its span, its
+// contexts, its progress line and its first line.
+func (r *run) begin(ctx context.Context, hard time.Time) {
+	p := r.p
+	_, given := deadlines(ctx, hard) // the hard deadline Run was given, which a Tighten since may have moved
 	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run")
 	if r.traced = r.span.IsRecording(); r.traced { // a span that records nothing would drop them
 		r.span.SetAttributes(
@@ -174,7 +184,6 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 		)
 	}
 	r.contexts()
-	r.rep = &Report{Start: start, Deadline: r.phase, Counts: make(map[Outcome]int)}
 	if !given.Equal(r.phase) {
 		r.rep.Hard = given // finish puts there the one Tighten moved it to
 	}
@@ -184,7 +193,6 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 			slog.String("time_left", fmtLeft(r.phaseEnd())), slog.Int("limit", r.limit),
 			slog.Int("max_limit", p.cfg.maxLimit), slog.Bool("cancel_at_deadline", p.cfg.cancelAtDeadline))
 	}
-	return r
 }
 
 // contexts bounds Run's context by the phase deadline and derives the
@@ -1054,6 +1062,9 @@ func (r *run) settleLate(late []lateReturn) {
 }
 
 func (r *run) close() {
+	if r.rep.End.IsZero() { // finish has not run: Run does not return
+		r.endedUnreported()
+	}
 	if r.progress != nil {
 		r.progressMu.Lock()
 		r.progressDone = true
@@ -1069,8 +1080,33 @@ func (r *run) close() {
 	if cut != nil {
 		cut()
 	}
-	r.span.End()
+	if r.span != nil { // nil when the goroutine ended in the TracerProvider's Start
+		r.span.End()
+	}
 	r.leaveSpare()
+}
+
+// endedUnreported leaves the Preserver with no Run in progress when the
+// Run's goroutine ends before its Report: code of the user's that Run
+// calls on it (a Sandbox's ID, Priority, EstimatedPreserve or Size, the
+// log handler, the TracerProvider) called runtime.Goexit (t.FailNow in a
+// test's Sandbox), which nothing stops, or panicked. Run cannot return to
+// a caller whose goroutine is ending; close then ends what it started, as
+// at its end (the phase and the preserves' contexts), and this says so at
+// Error with the stack. Left the Run in progress, a Tighten until the next
+// Run went to a Run that would never end, and said it moved it
+// (docs/faults.md row 3722).
+func (r *run) endedUnreported() {
+	r.p.cur.CompareAndSwap(r, nil)
+	r.hardMu.Lock()
+	r.reported = true // a Tighten that loaded the run before moves nothing
+	r.hardMu.Unlock()
+	ctx := r.ctx
+	if ctx == nil { // ended in the TracerProvider's Start
+		ctx = context.Background()
+	}
+	r.cfg.log.LogAttrs(ctx, slog.LevelError, "pause: Run's goroutine ended before its Report (runtime.Goexit, or a panic, in code of the user's Run calls: a Sandbox's ID, Priority, EstimatedPreserve or Size, the log handler, the TracerProvider); no Report, and the preserves running are cut",
+		slog.String("stack", string(debug.Stack())))
 }
 
 // startProgress logs a progress line every progress interval until close.

@@ -27,7 +27,8 @@ func TestTightenLoadedBeforeTheReportIsMadeMovesNothing(t *testing.T) {
 		ctx, cancel := context.WithDeadline(context.Background(), t0.Add(10*time.Second))
 		defer cancel()
 		r := p.newRun(ctx, t0.Add(60*time.Second))
-		loaded := p.cur.Load() // Tighten's Load, as Run is about to make its Report
+		r.begin(ctx, t0.Add(60*time.Second)) // as Run does, after it defers close
+		loaded := p.cur.Load()               // Tighten's Load, as Run is about to make its Report
 		p.cur.CompareAndSwap(r, nil)
 		rep := r.finish()
 		moved := loaded.tighten(t0.Add(30 * time.Second))
