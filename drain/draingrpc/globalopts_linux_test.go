@@ -3,7 +3,9 @@ package draingrpc
 import (
 	"context"
 	"net"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	_ "unsafe" // go:linkname, to grpc's process-wide server options
@@ -28,20 +30,70 @@ import (
 //go:linkname addGlobalServerOptions google.golang.org/grpc/internal.AddGlobalServerOptions
 var addGlobalServerOptions any
 
-// clearGlobalServerOptions is grpc-go's internal.ClearGlobalServerOptions.
-//
-//go:linkname clearGlobalServerOptions google.golang.org/grpc/internal.ClearGlobalServerOptions
-var clearGlobalServerOptions func()
-
-// withGlobalServerOptions gives every grpc.NewServer of the process opts
-// until t ends.
+// withGlobalServerOptions gives every grpc.NewServer of the process opts,
+// for as long as the process runs, as a program gives its own once, before
+// its servers: the learning of grpc's key, on a goroutine nothing joins,
+// reads them in its grpc.NewServer whenever it runs, after t's end too, so
+// they are never taken away (grpc's ClearGlobalServerOptions, an
+// unsynchronized write). Only a test in a process of its own
+// (inAProcessOfItsOwn) may give them.
 func withGlobalServerOptions(t *testing.T, opts ...grpc.ServerOption) {
 	t.Helper()
+	require.NotEmpty(t, os.Getenv(ownProcessEnv), "process-wide options, kept for the process's life, in a process that runs other tests")
 	add, ok := addGlobalServerOptions.(func(...grpc.ServerOption))
 	require.True(t, ok, "grpc-go's internal.AddGlobalServerOptions is no longer a func(...grpc.ServerOption)")
 	add(opts...)
-	t.Cleanup(clearGlobalServerOptions)
 }
+
+// Fault: withGlobalServerOptions took the process-wide options away as its
+// test ended (grpc's ClearGlobalServerOptions), where the learning of
+// grpc's key that the test's first RPC started (startLearning), on a
+// goroutine nothing joins, reads them in grpc.NewServer whenever it runs:
+// a learner that ran late, past the test's last lock it shared (grpc's
+// channelz), read them unordered with the clear, a data race under -race
+// (TestStopOfAnIdleServerReturnsWithGracefulStopWhileLearningTheKeyIsHeld,
+// 1 of 30 runs of the package), or after it, and learned under options the
+// process no longer had. A program's process-wide options are its own for
+// its life; a test's now are too.
+//
+//	every server           a stats handler that counts drainkit's RPC
+//	a test                 starts learning the key, as its first RPC does, and ends
+//	the learning           drainkit's RPC, under the stats handler: counted once
+//
+// It runs in a process of its own: the option is the process's.
+func TestProcessWideOptionsOutliveTheTestWhoseRPCStartedTheLearning(t *testing.T) {
+	if !inAProcessOfItsOwn(t) {
+		return
+	}
+	var probes countProbes
+	t.Run("its first RPC starts learning the key, and it ends", func(t *testing.T) {
+		withGlobalServerOptions(t, grpc.StatsHandler(&probes))
+		startLearning(t.Context()) // as its first RPC through draingrpc's interceptors does
+	})
+	select {
+	case <-keyLearning.done:
+	case <-time.After(10 * time.Second): // a hang guard: the learning takes a millisecond
+		t.Fatal("the learning still runs, 10 s on")
+	}
+	require.NotNil(t, serverKey(), "grpc's key")
+	require.Equal(t, int32(1), probes.n.Load(), "drainkit's RPC, run under the process's stats handler")
+}
+
+// countProbes is a stats handler that counts the RPCs of drainkit's own
+// that learn grpc's key.
+type countProbes struct{ n atomic.Int32 }
+
+func (c *countProbes) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	if info.FullMethodName == probeFullMethod {
+		c.n.Add(1)
+	}
+	return ctx
+}
+func (*countProbes) HandleRPC(context.Context, stats.RPCStats) {}
+func (*countProbes) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (*countProbes) HandleConn(context.Context, stats.ConnStats) {}
 
 // policy refuses, PermissionDenied, every RPC of a service it does not
 // list, as an authorization policy denies by default: the program lists
