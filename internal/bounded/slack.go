@@ -20,30 +20,34 @@ const (
 )
 
 // stopsAllowed is the wall time a slack allows for its process's stops
-// beyond five times itself (see wallBound): ten of CFS bandwidth
+// beyond five times itself (see WallBound): ten of CFS bandwidth
 // control's periods (100 ms unless set), in each of which a process at
 // its CPU quota runs.
 const stopsAllowed = time.Second
 
-// wallBound is how long a slack of d lasts at most in wall time before
-// its last stretch, the rest of d: stopsAllowed and four times d, so
-// that the whole wait is at most a second and five times d. A process
-// held so much that its waiter did not see d of stretches end on time
-// within it (a container at a CPU quota its other threads use up, every
-// stretch seen a period late; a node loaded enough that every wake is
-// 6 ms late) never gave up on a call that hangs, and the drain's later
-// steps (the ublk teardown, which must run before SIGKILL) never began
-// (row 3240). The second lets a process be stopped three times for 100
-// to 150 ms, and a loaded machine delay its thaws, inside a slack (rows
-// 2940, 3020, 3021). The bound and the last stretch grow with d, so that
-// a wait inside another with a longer slack gives up first and the outer
-// one gets its result (row 3320): pause's 20 ms (1.08 s and at most
-// 20 ms) inside drain's 100 ms (1.4 s and at most 100 ms); draingrpc's
-// 50 ms (1.2 s and 50 ms) and ublk's reads, 20 ms, inside a step's
-// 100 ms. Drain's ends within the budget's smallest margin before
-// SIGKILL (1.5 s) of the deadline it follows, each wake seen as late as
-// the process runs.
-func wallBound(d time.Duration) time.Duration { return stopsAllowed + 4*d }
+// WallBound is how long a slack of d lasts at most in wall time before
+// its last stretch, the rest of d, which begins at its waiter's first
+// wake past it: stopsAllowed and four times d, so that the whole wait is
+// at most a second and five times d. A process held so much that its
+// waiter did not see d of stretches end on time within it (a container
+// at a CPU quota its other threads use up, every stretch seen a period
+// late; a node loaded enough that every wake is 6 ms late) never gave up
+// on a call that hangs, and the drain's later steps (the ublk teardown,
+// which must run before SIGKILL) never began (row 3240). The second lets
+// a process be stopped three times for 100 to 150 ms, and a loaded
+// machine delay its thaws, inside a slack (rows 2940, 3020, 3021); not
+// without limit: beside 24 busy loops (load 25 to 40) a stop held for
+// 100 ms lasted up to 850 ms, the process seen stopped 720 ms after its
+// SIGSTOP, running 410 ms after its SIGCONT, and a stop that begins once
+// the last stretch has begun ends the slack as the process runs again
+// (row 3641). The bound and the last stretch grow with d, so that a wait
+// inside another with a longer slack gives up first and the outer one
+// gets its result (row 3320): pause's 20 ms (1.08 s and at most 20 ms)
+// inside drain's 100 ms (1.4 s and at most 100 ms); draingrpc's 50 ms
+// (1.2 s and 50 ms) and ublk's reads, 20 ms, inside a step's 100 ms.
+// Drain's ends within the budget's smallest margin before SIGKILL (1.5 s)
+// of the deadline it follows, each wake seen as late as the process runs.
+func WallBound(d time.Duration) time.Duration { return stopsAllowed + 4*d }
 
 // A Slack is a wait of a given length counted in the time its waiter saw
 // pass on time, not in wall time: a process frozen inside it does not
@@ -54,7 +58,7 @@ type Slack struct {
 	cur   time.Duration // the stretch the timer runs
 	timer *time.Timer
 	due   time.Time // the stretch's end
-	bound time.Time // past it, the next stretch is the last (wallBound)
+	bound time.Time // past it, the next stretch is the last (WallBound)
 	last  bool      // the stretch the timer runs ends the slack, however late seen
 }
 
@@ -62,7 +66,7 @@ type Slack struct {
 // long. Stop it when done with it.
 func NewSlack(d time.Duration) *Slack {
 	now := time.Now()
-	s := &Slack{left: max(d, 0), bound: now.Add(wallBound(d))}
+	s := &Slack{left: max(d, 0), bound: now.Add(WallBound(d))}
 	s.cur = min(s.left, stretch)
 	s.due = now.Add(s.cur)
 	s.timer = time.NewTimer(s.cur)
