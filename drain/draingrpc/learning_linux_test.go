@@ -2,6 +2,7 @@ package draingrpc
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -61,6 +62,18 @@ func returnsWithGracefulStop(t *testing.T, s *server, g *drain.Gate, which strin
 		require.NoError(t, err, which)
 	case <-time.After(10 * time.Second): // a hang guard: GracefulStop of an idle server returns in milliseconds
 		t.Fatalf("%s still waits, 10 s on, for the RPC that learns grpc's key, where GracefulStop returned", which)
+	}
+}
+
+// awaitLearningEnd waits until the learning of grpc's key ended, the key
+// learned or not. The learning takes a millisecond: 10 s on, it fails t,
+// saying what else held then, if anything.
+func awaitLearningEnd(t *testing.T, held ...string) {
+	t.Helper()
+	select {
+	case <-keyLearning.done:
+	case <-time.After(10 * time.Second): // a hang guard: the learning takes a millisecond
+		t.Fatal(strings.Join(append([]string{"the learning still runs, 10 s on"}, held...), ", "))
 	}
 }
 
