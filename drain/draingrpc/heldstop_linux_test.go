@@ -171,16 +171,11 @@ func (c *taggedRPC) Value(k any) any {
 }
 
 // taggingStats is a stats handler whose TagRPC gives each RPC a taggedRPC.
-type taggingStats struct{}
+type taggingStats struct{ ignoreStats }
 
 func (taggingStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
 	return &taggedRPC{parent: ctx, method: info.FullMethodName}
 }
-func (taggingStats) HandleRPC(context.Context, stats.RPCStats) {}
-func (taggingStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (taggingStats) HandleConn(context.Context, stats.ConnStats) {}
 
 // taggedStream is a ServerStream whose context is a taggedRPC.
 type taggedStream struct {

@@ -56,7 +56,7 @@ func TestTheLearnersRPCCarriesTheAddressesAndAuthorityOfEveryRPC(t *testing.T) {
 // labelEachRPC is a stats handler that labels each RPC with its client's
 // address, the listener's it came in on and the authority it asked for,
 // read as grpc gives them for every RPC it serves: it trusts them there.
-type labelEachRPC struct{}
+type labelEachRPC struct{ ignoreStats }
 
 type rpcLabelKey struct{}
 
@@ -66,11 +66,6 @@ func (labelEachRPC) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Con
 	label := netip.MustParseAddrPort(p.Addr.String()).Addr().String() + " " + p.LocalAddr.String() + " " + md.Get(":authority")[0]
 	return context.WithValue(ctx, rpcLabelKey{}, label)
 }
-func (labelEachRPC) HandleRPC(context.Context, stats.RPCStats) {}
-func (labelEachRPC) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (labelEachRPC) HandleConn(context.Context, stats.ConnStats) {}
 
 // Fault: a process-wide stats handler that panicked on the connection of
 // drainkit's own RPC ended the process there, on the learning's goroutine,
@@ -106,16 +101,13 @@ func TestALabelOfTheLearnersConnectionEndsNotTheProcess(t *testing.T) {
 
 // labelEachConn is a stats handler that labels each connection with its
 // client's IP, from the *net.TCPAddr a TCP listener's connections have.
-type labelEachConn struct{}
+type labelEachConn struct{ ignoreStats }
 
 type connLabelKey struct{}
 
-func (labelEachConn) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (labelEachConn) HandleRPC(context.Context, stats.RPCStats)                       {}
 func (labelEachConn) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
 	return context.WithValue(ctx, connLabelKey{}, info.RemoteAddr.(*net.TCPAddr).IP.String())
 }
-func (labelEachConn) HandleConn(context.Context, stats.ConnStats) {}
 
 // Fault: the first Stop of a *grpc.Server in a process started the RPC
 // that learns grpc's key, whether or not any RPC had run: a process-wide
@@ -146,16 +138,11 @@ func TestStopOfAServerThatServedNoRPCRunsNoRPCOfItsOwn(t *testing.T) {
 
 // panicOnEveryRPC is a stats handler that panics on every RPC: one that
 // ends the process at the first RPC any server of it serves.
-type panicOnEveryRPC struct{}
+type panicOnEveryRPC struct{ ignoreStats }
 
 func (panicOnEveryRPC) TagRPC(context.Context, *stats.RPCTagInfo) context.Context {
 	panic("a stats handler that panics on every RPC")
 }
-func (panicOnEveryRPC) HandleRPC(context.Context, stats.RPCStats) {}
-func (panicOnEveryRPC) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (panicOnEveryRPC) HandleConn(context.Context, stats.ConnStats) {}
 
 // Fault: drainkit's own RPC, the one that learns grpc's key (row 2660),
 // was served through ServeHTTP, where grpc gives the client's address its
@@ -189,14 +176,9 @@ func TestTheLearnersRPCComesWithTheAddressesOfTheRPCThatStartedIt(t *testing.T) 
 
 // labelEachRPCByIP is a stats handler that labels each RPC with its
 // client's IP, from the *net.TCPAddr of a TCP listener's connections.
-type labelEachRPCByIP struct{}
+type labelEachRPCByIP struct{ ignoreStats }
 
 func (labelEachRPCByIP) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
 	p, _ := peer.FromContext(ctx)
 	return context.WithValue(ctx, rpcLabelKey{}, p.Addr.(*net.TCPAddr).IP.String())
 }
-func (labelEachRPCByIP) HandleRPC(context.Context, stats.RPCStats) {}
-func (labelEachRPCByIP) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (labelEachRPCByIP) HandleConn(context.Context, stats.ConnStats) {}

@@ -70,6 +70,7 @@ func TestATenantOnLoopbackNeitherReachesNorHoldsTheLearning(t *testing.T) {
 // export to a collector that does not answer does: it closes begun and
 // waits for release.
 type holdFirstProbe struct {
+	ignoreStats
 	begun, release chan struct{}
 	first          *atomic.Bool
 }
@@ -95,11 +96,6 @@ func (h holdFirstProbe) TagRPC(ctx context.Context, info *stats.RPCTagInfo) cont
 	}
 	return ctx
 }
-func (holdFirstProbe) HandleRPC(context.Context, stats.RPCStats) {}
-func (holdFirstProbe) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (holdFirstProbe) HandleConn(context.Context, stats.ConnStats) {}
 
 // loopbackListeners returns the TCP sockets listening on 127.0.0.1 in the
 // process's network namespace ("127.0.0.1:P"), as a tenant sharing it

@@ -67,16 +67,11 @@ func linesWith(logs, s string) []string {
 }
 
 // hidingStats is a stats handler whose TagRPC gives each RPC a hidingRPC.
-type hidingStats struct{}
+type hidingStats struct{ ignoreStats }
 
 func (hidingStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
 	return hidingRPC{parent: ctx}
 }
-func (hidingStats) HandleRPC(context.Context, stats.RPCStats) {}
-func (hidingStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (hidingStats) HandleConn(context.Context, stats.ConnStats) {}
 
 // hidingRPC is a context that keeps its parent in a field of no context
 // type, which the learner's walk does not follow (row 3160).

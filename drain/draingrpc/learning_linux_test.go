@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/stats"
 
 	"github.com/drainkit/drainkit/drain"
 )
@@ -116,3 +117,12 @@ func admitOneRPC(t *testing.T) {
 	_, err := intercept(t.Context(), &testgrpc.Empty{}, info, func(context.Context, any) (any, error) { return &testgrpc.Empty{}, nil })
 	require.NoError(t, err)
 }
+
+// ignoreStats is a stats handler that does nothing: a test's handler embeds
+// it and writes only the methods it is about.
+type ignoreStats struct{}
+
+func (ignoreStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (ignoreStats) HandleRPC(context.Context, stats.RPCStats)                         {}
+func (ignoreStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (ignoreStats) HandleConn(context.Context, stats.ConnStats)                       {}
