@@ -2,6 +2,7 @@ package drain
 
 import (
 	"net/http"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/freeport"
+	"github.com/drainkit/drainkit/internal/logbuf"
 )
 
 // Fault (the user's first hour): a manifest whose preStop httpGet names
@@ -31,48 +33,19 @@ import (
 //
 // Real process: this test binary, re-executed, runs NewServer and Run.
 func TestTheKubeletsHookOnTheServersOwnPortIsSaid(t *testing.T) {
-	hook, err := freeport.Addr()
-	require.NoError(t, err)
-	cmd, addr, stderr := oneCallProcess(t, EnvHookListen+"="+hook)
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 20*time.Second, 10*time.Millisecond, "the server did not start: %s", stderr)
+	p := servingOneCallProcess(t)
 
-	kubeletsHook := func() int {
-		req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/drain", nil)
-		require.NoError(t, err)
-		req.Header.Set("User-Agent", "kube-lifecycle/1.34") // the kubelet's httpGet hook
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	assert.Equal(t, http.StatusNotFound, kubeletsHook(), "srv's own answer")
+	assert.Equal(t, http.StatusNotFound, callAsKubeletsHook(t, "http://"+p.addr+"/drain"), "srv's own answer")
 	said := func() bool {
-		return strings.Contains(stderr.String(), "the kubelet's preStop hook came to the server's own address")
+		return strings.Contains(p.stderr.String(), "the kubelet's preStop hook came to the server's own address")
 	}
-	assert.Eventually(t, said, 5*time.Second, 10*time.Millisecond, "the log says nothing of the hook:\n%s", stderr)
-	assert.Contains(t, stderr.String(), EnvHookListen)
-	assert.Contains(t, stderr.String(), hook)
-	assert.Equal(t, http.StatusNotFound, kubeletsHook(), "a restarted kubelet's call again")
+	assert.Eventually(t, said, 5*time.Second, 10*time.Millisecond, "the log says nothing of the hook:\n%s", p.stderr)
+	assert.Contains(t, p.stderr.String(), EnvHookListen)
+	assert.Contains(t, p.stderr.String(), p.hook)
+	assert.Equal(t, http.StatusNotFound, callAsKubeletsHook(t, "http://"+p.addr+"/drain"), "a restarted kubelet's call again")
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-exited:
-		require.NoError(t, err, "SIGTERM drained: exit 0\n%s", stderr)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("SIGTERM did not end the server:\n%s", stderr)
-	}
-	assert.Equal(t, 1, strings.Count(stderr.String(), "the kubelet's preStop hook came to the server's own address"), "said once")
+	p.sigtermDrains(t)
+	assert.Equal(t, 1, strings.Count(p.stderr.String(), "the kubelet's preStop hook came to the server's own address"), "said once")
 }
 
 // Fault (the user's first hour): a manifest whose httpGet hook has the
@@ -86,6 +59,31 @@ func TestTheKubeletsHookOnTheServersOwnPortIsSaid(t *testing.T) {
 //
 // Real process: this test binary, re-executed, runs NewServer and Run.
 func TestTheKubeletsHookAtAnotherPathIsSaid(t *testing.T) {
+	p := servingOneCallProcess(t)
+
+	assert.Equal(t, http.StatusNotFound, callAsKubeletsHook(t, "http://"+p.hook+"/prestop"))
+	said := func() bool {
+		return strings.Contains(p.stderr.String(), "the kubelet's preStop hook came to the hook's address at another path")
+	}
+	assert.Eventually(t, said, 5*time.Second, 10*time.Millisecond, "the log says nothing of the hook:\n%s", p.stderr)
+	assert.Contains(t, p.stderr.String(), "path=/prestop")
+
+	p.sigtermDrains(t)
+}
+
+// servingProcess is a started oneCallProcess whose hook listens on hook
+// and which serves on addr; exited receives its Wait's result.
+type servingProcess struct {
+	cmd        *exec.Cmd
+	hook, addr string
+	stderr     *logbuf.Buffer
+	exited     <-chan error
+}
+
+// servingOneCallProcess starts oneCallProcess with its hook listening on
+// a free port and waits until it serves.
+func servingOneCallProcess(t *testing.T) servingProcess {
+	t.Helper()
 	hook, err := freeport.Addr()
 	require.NoError(t, err)
 	cmd, addr, stderr := oneCallProcess(t, EnvHookListen+"="+hook)
@@ -101,25 +99,31 @@ func TestTheKubeletsHookAtAnotherPathIsSaid(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 20*time.Second, 10*time.Millisecond, "the server did not start: %s", stderr)
+	return servingProcess{cmd: cmd, hook: hook, addr: addr, stderr: stderr, exited: exited}
+}
 
-	req, err := http.NewRequest(http.MethodGet, "http://"+hook+"/prestop", nil)
+// sigtermDrains sends p SIGTERM and requires that it drains and exits 0
+// within 20 s.
+func (p servingProcess) sigtermDrains(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-p.exited:
+		require.NoError(t, err, "SIGTERM drained: exit 0\n%s", p.stderr)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("SIGTERM did not end the server:\n%s", p.stderr)
+	}
+}
+
+// callAsKubeletsHook GETs url as the kubelet's httpGet preStop hook does and
+// returns the status it got.
+func callAsKubeletsHook(t *testing.T, url string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	require.NoError(t, err)
 	req.Header.Set("User-Agent", "kube-lifecycle/1.34") // the kubelet's httpGet hook
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
-	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
-	said := func() bool {
-		return strings.Contains(stderr.String(), "the kubelet's preStop hook came to the hook's address at another path")
-	}
-	assert.Eventually(t, said, 5*time.Second, 10*time.Millisecond, "the log says nothing of the hook:\n%s", stderr)
-	assert.Contains(t, stderr.String(), "path=/prestop")
-
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-exited:
-		require.NoError(t, err, "SIGTERM drained: exit 0\n%s", stderr)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("SIGTERM did not end the server:\n%s", stderr)
-	}
+	return resp.StatusCode
 }
