@@ -66,11 +66,7 @@ func TestAStepWhoseTightenPanicsFailsTheStepNotTheProcess(t *testing.T) {
 				var ran []string
 				f := newFixture(t, fixtureOpts{grace: time.Hour, margin: time.Second, sandboxes: 2, latency: time.Second,
 					steps: []Step{ublk, recordStep("http", time.Second, &ran)}})
-				done := make(chan *Report)
-				go func() { done <- f.d.Shutdown(context.Background()) }()
-				time.Sleep(3 * time.Second)
-				tc.move(f)
-				rep := <-done
+				rep := f.shutdownMeanwhile(3*time.Second, func() { tc.move(f) })
 
 				require.NotNil(t, rep.Preserve)
 				assert.Equal(t, 2, rep.Preserve.Counts[pause.Preserved])
@@ -134,11 +130,7 @@ func TestAPreserverWhoseTightenPanicsFailsThePhaseNotTheProcess(t *testing.T) {
 				require.NoError(t, err)
 				c.Preserver = brokenTighteningPreserver{Preserver: p, returned: returned}
 			}})
-		done := make(chan *Report)
-		go func() { done <- f.d.Shutdown(context.Background()) }()
-		time.Sleep(time.Second)
-		f.budget.Tighten(f.budget.State().SIGTERM.Add(10 * time.Second))
-		rep := <-done
+		rep := f.shutdownMeanwhile(time.Second, func() { f.budget.Tighten(f.budget.State().SIGTERM.Add(10 * time.Second)) })
 
 		p := rep.Phase(PhasePreserve)
 		require.NotNil(t, p)

@@ -110,6 +110,17 @@ func stepOf(name string, reserve time.Duration, critical bool, run func(ctx cont
 		func(ctx context.Context) (any, error) { return nil, run(ctx) })
 }
 
+// shutdownMeanwhile runs Shutdown and, d into it (in a synctest bubble,
+// exactly d), calls meanwhile on the caller's goroutine; it returns
+// Shutdown's Report.
+func (f *fixture) shutdownMeanwhile(d time.Duration, meanwhile func()) *Report {
+	done := make(chan *Report)
+	go func() { done <- f.d.Shutdown(context.Background()) }()
+	time.Sleep(d)
+	meanwhile()
+	return <-done
+}
+
 // terminate runs the Drainer's signal handling in an in-process child that
 // the simulated kubelet terminates with hook and grace, waits until
 // everything has settled, and returns the kubelet's timeline and the

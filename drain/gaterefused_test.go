@@ -35,12 +35,10 @@ func TestTheGateDetailDatesTheFirstAndLastRefusalByPhase(t *testing.T) {
 			})},
 			edit: func(c *Config) { c.Gate = g }})
 		start := time.Now()
-		done := make(chan *Report)
-		go func() { done <- f.d.Shutdown(context.Background()) }()
-		time.Sleep(time.Second)
-		_, err := g.Enter(Fork)
-		require.ErrorIs(t, err, ErrDraining)
-		rep := <-done
+		rep := f.shutdownMeanwhile(time.Second, func() {
+			_, err := g.Enter(Fork)
+			require.ErrorIs(t, err, ErrDraining)
+		})
 		require.NoError(t, rep.Err())
 
 		gd, ok := rep.Phase(PhaseGate).Detail.(*gaterefusals.Detail)

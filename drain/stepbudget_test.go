@@ -126,11 +126,7 @@ func TestForcedStepIsToldItsReserve(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ublk := &tighteningStep{phase: deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(3 * time.Second), Critical: true}}
 		f := newFixture(t, fixtureOpts{grace: time.Hour, steps: []Step{ublk}})
-		done := make(chan *Report)
-		go func() { done <- f.d.Shutdown(context.Background()) }()
-		time.Sleep(time.Second)
-		f.d.Force()
-		rep := <-done
+		rep := f.shutdownMeanwhile(time.Second, f.d.Force)
 		p := rep.Phase("ublk")
 		require.NotNil(t, p)
 

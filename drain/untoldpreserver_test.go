@@ -45,11 +45,7 @@ func TestAPreserverWithNoTightenIsWaitedForOnlyToTheMovedHardDeadline(t *testing
 		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: time.Second,
 			steps: []Step{stepOf("ublk", 3*time.Second, true, func(context.Context) error { ublkAt = time.Now(); return nil })},
 			edit:  func(c *Config) { c.Preserver = p }})
-		done := make(chan *Report)
-		go func() { done <- f.d.Shutdown(context.Background()) }()
-		time.Sleep(time.Second)
-		f.budget.Tighten(f.budget.State().SIGTERM.Add(10 * time.Second))
-		rep := <-done
+		rep := f.shutdownMeanwhile(time.Second, func() { f.budget.Tighten(f.budget.State().SIGTERM.Add(10 * time.Second)) })
 		t.Logf("preserve: %s %s; ublk began at +%v", rep.Phase(PhasePreserve).Result, rep.Phase(PhasePreserve).Error, ublkAt.Sub(rep.Budget.SIGTERM))
 		require.False(t, ublkAt.IsZero(), "the ublk step ran")
 		assert.LessOrEqual(t, ublkAt.Sub(rep.Budget.SIGTERM), 6*time.Second+returnSlack, "the ublk step began with its reserve before the new SIGKILL")
