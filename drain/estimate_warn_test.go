@@ -39,9 +39,7 @@ func TestPreservesMuchLongerThanTheEstimateSayWhy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs logbuf.Buffer
 		f := newFixture(t, fixtureOpts{grace: 8 * time.Second, latency: time.Second, limit: 8,
-			edit: func(c *Config) {
-				c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			}})
+			edit: logAt(&logs, slog.LevelWarn)})
 		for i := range 20 {
 			f.node.Add(&fakesandbox.Sandbox{Name: "vm-" + string(rune('a'+i)), Latency: 4 * time.Second})
 		}
@@ -80,9 +78,7 @@ func TestWorkThatDoesNotFitIsWarnedOfOnceCountedWithoutAPreStopCall(t *testing.T
 	synctest.Test(t, func(t *testing.T) {
 		var logs logbuf.Buffer
 		f := newFixture(t, fixtureOpts{grace: 5 * time.Second, latency: time.Second, limit: 4, sandboxes: 20,
-			edit: func(c *Config) {
-				c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			}})
+			edit: logAt(&logs, slog.LevelInfo)})
 		rep := f.d.ServeSignals(t.Context(), sigterm())
 		assert.Positive(t, rep.Shortfall)
 		assert.Contains(t, logs.String(), `msg="drain: SIGTERM: plan"`, "at SIGTERM, one round: it fits")
@@ -109,9 +105,7 @@ func TestHungPreservesAreNotBlamedOnTheEstimate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs logbuf.Buffer
 		f := newFixture(t, fixtureOpts{grace: 10 * time.Second, latency: 2 * time.Second, limit: 8,
-			edit: func(c *Config) {
-				c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			}})
+			edit: logAt(&logs, slog.LevelWarn)})
 		for i := range 20 {
 			f.node.Add(&fakesandbox.Sandbox{Name: "vm-" + string(rune('a'+i)), Latency: time.Second,
 				Faults: []fakesandbox.Fault{fakesandbox.Hang}, HangFor: time.Hour})
@@ -151,9 +145,7 @@ func TestPlanLineAtSIGTERMWithoutAPreStopCallSaysNothingWasCounted(t *testing.T)
 	synctest.Test(t, func(t *testing.T) {
 		var logs logbuf.Buffer
 		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, latency: time.Second, limit: 4, sandboxes: 20,
-			edit: func(c *Config) {
-				c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			}})
+			edit: logAt(&logs, slog.LevelInfo)})
 		rep := f.d.ServeSignals(t.Context(), sigterm())
 		require.NoError(t, rep.Err())
 		assert.Equal(t, 20, rep.Preserve.Counts[pause.Preserved])

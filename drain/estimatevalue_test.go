@@ -27,9 +27,7 @@ func TestPreservesMuchLongerThanTheEstimateNameTheEstimateToSet(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs logbuf.Buffer
 		f := newFixture(t, fixtureOpts{grace: 8 * time.Second, latency: time.Second, limit: 8,
-			edit: func(c *Config) {
-				c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			}})
+			edit: logAt(&logs, slog.LevelWarn)})
 		for i := range 20 {
 			f.node.Add(&fakesandbox.Sandbox{Name: "vm-" + string(rune('a'+i)), Latency: 3500 * time.Millisecond})
 		}

@@ -140,6 +140,13 @@ func (f *fixture) terminate(t *testing.T, hook kubeletsim.Hook, grace time.Durat
 	return tl, rep
 }
 
+// logAt makes a Config's Logger write text at level and above into logs.
+func logAt(logs *logbuf.Buffer, level slog.Level) func(*Config) {
+	return func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
+	}
+}
+
 // logToDefault makes slog's default logger write text into the Buffer it
 // returns until the test ends: for what New and NewServer log before a
 // Config's Log is theirs.
