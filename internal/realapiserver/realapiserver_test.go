@@ -475,28 +475,11 @@ func TestRealAPIServer(t *testing.T) {
 					cfg.UID = string(gone.UID)
 				}
 				deletePod(t, c, name, 0)
-				var logs logbuf.Buffer
 				pod, err := kube.New(name, cfg)
 				require.NoError(t, err)
-				b, err := deadline.New(3600*time.Second, deadline.Config{})
-				require.NoError(t, err)
-				d, err := drain.New(drain.Config{Budget: b, Sandboxes: draintest.NewNode(), Pod: pod,
-					Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-				require.NoError(t, err)
-				d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/drain?wait=0s", nil))
-				timeout := time.After(10 * time.Second) // a hang guard, not a timing assertion
-				for b.Kill().Sub(b.Start()) != 2*time.Second {
-					select {
-					case <-b.Changed():
-					case <-timeout:
-						require.Fail(t, "the read at the preStop call did not plan the force deletion's 2 s",
-							"SIGKILL at T0 + %v; log:\n%s", b.Kill().Sub(b.Start()), logs.String())
-					}
-				}
-				rep := d.Shutdown(t.Context())
-				assert.Contains(t, logs.String(), "a force deletion")
+				rep, logs := drainPlansForceDeletion(t, pod)
 				assert.Equal(t, string(gone.UID), pod.UID())
-				t.Logf("SIGKILL planned at T0 + 2s, then SIGTERM + %v; log:\n%s", rep.Budget.Kill.Sub(rep.Budget.SIGTERM), logs.String())
+				t.Logf("SIGKILL planned at T0 + 2s, then SIGTERM + %v; log:\n%s", rep.Budget.Kill.Sub(rep.Budget.SIGTERM), logs)
 			})
 		}
 	})
@@ -1121,6 +1104,16 @@ func forceDeletionPlanned(t *testing.T, removed *corev1.Pod, cfg kube.Config) {
 
 	pod, err = kube.New(removed.Name, cfg)
 	require.NoError(t, err)
+	drainPlansForceDeletion(t, pod)
+}
+
+// drainPlansForceDeletion drains a node through pod, a pod the API server
+// no longer has, as a preStop call that waits for nothing and then
+// Shutdown: the read at the preStop call plans the kubelet's SIGKILL 2 s
+// after T0, a force deletion's, and the log says so. It returns the
+// drain's Report and log.
+func drainPlansForceDeletion(t *testing.T, pod *kube.Pod) (*drain.Report, string) {
+	t.Helper()
 	b, err := deadline.New(3600*time.Second, deadline.Config{})
 	require.NoError(t, err)
 	var logs logbuf.Buffer
@@ -1137,6 +1130,7 @@ func forceDeletionPlanned(t *testing.T, removed *corev1.Pod, cfg kube.Config) {
 				"SIGKILL at T0 + %v; log:\n%s", b.Kill().Sub(b.Start()), logs.String())
 		}
 	}
-	d.Shutdown(t.Context())
+	rep := d.Shutdown(t.Context())
 	assert.Contains(t, logs.String(), "a force deletion")
+	return rep, logs.String()
 }
