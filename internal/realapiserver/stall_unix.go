@@ -15,11 +15,7 @@ import (
 // every request waits, its TLS handshake first.
 func (c *Cluster) Stall(t *testing.T) (resume func()) {
 	t.Helper()
-	must(t, c.server.Signal(syscall.SIGSTOP))
-	var once sync.Once
-	resume = func() { once.Do(func() { must(t, c.server.Signal(syscall.SIGCONT)) }) }
-	t.Cleanup(resume)
-	return resume
+	return stall(t, c.server)
 }
 
 // StallEtcd stops etcd (SIGSTOP) until the returned resume is called, or
@@ -28,9 +24,16 @@ func (c *Cluster) Stall(t *testing.T) (resume func()) {
 // every request that reads etcd, a GET of a pod first among them.
 func (c *Cluster) StallEtcd(t *testing.T) (resume func()) {
 	t.Helper()
-	must(t, c.etcd.Signal(syscall.SIGSTOP))
+	return stall(t, c.etcd)
+}
+
+// stall stops p (SIGSTOP) until the returned resume is called, or the
+// test ends.
+func stall(t *testing.T, p *os.Process) (resume func()) {
+	t.Helper()
+	must(t, p.Signal(syscall.SIGSTOP))
 	var once sync.Once
-	resume = func() { once.Do(func() { must(t, c.etcd.Signal(syscall.SIGCONT)) }) }
+	resume = func() { once.Do(func() { must(t, p.Signal(syscall.SIGCONT)) }) }
 	t.Cleanup(resume)
 	return resume
 }
