@@ -31,15 +31,8 @@ import (
 func TestProgramOwnsTheTerminalOfATTYPod(t *testing.T) {
 	p, console := startOnConsole(t, syscall.CLONE_NEWPID, "tty")
 	p.waitLine(t, "foreground: true")
-	_, err := console.WriteString("hello\n")
-	require.NoError(t, err)
-	p.waitLine(t, `read "hello\n" <nil>`)
-	_, err = console.Write([]byte{3}) // Ctrl-C: the terminal's VINTR
-	require.NoError(t, err)
-	p.waitLine(t, "got SIGINT")
-	code, signalled := p.wait(t)
-	assert.Equal(t, 42, code, "the program's exit status")
-	assert.False(t, signalled)
+	typeHelloThenCtrlC(t, p, console)
+	p.exits(t, 42, "the program's exit status")
 }
 
 // The init of a tty: true pod that cannot start its child (no /proc/self/exe) runs the
@@ -57,15 +50,8 @@ func TestFailedChildStartLeavesTheTerminalToTheProgram(t *testing.T) {
 	p, console := startOnConsole(t, syscall.CLONE_NEWPID, "tty", noChildEnv+"=1")
 	p.waitLine(t, "pid1.test: built-in init: starting /proc/self/exe: ")
 	p.waitLine(t, "foreground: true")
-	_, err := console.WriteString("hello\n")
-	require.NoError(t, err)
-	p.waitLine(t, `read "hello\n" <nil>`)
-	_, err = console.Write([]byte{3}) // Ctrl-C: the terminal's VINTR
-	require.NoError(t, err)
-	p.waitLine(t, "got SIGINT")
-	code, signalled := p.wait(t)
-	assert.Equal(t, 42, code, "the program's exit status")
-	assert.False(t, signalled)
+	typeHelloThenCtrlC(t, p, console)
+	p.exits(t, 42, "the program's exit status")
 }
 
 // An init started by hand under `unshare --pid --fork` from a shell is PID 1 of its
@@ -84,9 +70,7 @@ func TestInitInAShellsBackgroundJobLeavesTheTerminalToTheShell(t *testing.T) {
 	fg, err := unix.IoctlGetInt(int(console.Fd()), unix.TIOCGPGRP)
 	require.NoError(t, err)
 	assert.Equal(t, p.Cmd.Process.Pid, fg, "the terminal's foreground group is the shell's")
-	code, signalled := p.wait(t)
-	assert.Equal(t, 0, code)
-	assert.False(t, signalled)
+	p.exits(t, 0)
 }
 
 // Typed alone at the shell's prompt, the job is the terminal's foreground group, and so
@@ -94,9 +78,7 @@ func TestInitInAShellsBackgroundJobLeavesTheTerminalToTheShell(t *testing.T) {
 func TestInitInAShellsForegroundJobHandsTheTerminalToTheProgram(t *testing.T) {
 	p, _ := startOnConsole(t, 0, "shell-fg-job")
 	p.waitLine(t, "foreground: true")
-	code, signalled := p.wait(t)
-	assert.Equal(t, 0, code)
-	assert.False(t, signalled)
+	p.exits(t, 0)
 }
 
 // A foreground job whose other command reads the terminal (`cat | unshare -pf server`):
@@ -107,8 +89,26 @@ func TestInitInAShellsForegroundJobHandsTheTerminalToTheProgram(t *testing.T) {
 func TestInitInAShellsForegroundJobDoesNotWaitForAReaderOfTheTerminal(t *testing.T) {
 	p, _ := startOnConsole(t, 0, "shell-fg-job", readerEnv+"=1")
 	p.waitLine(t, "foreground: true")
-	code, signalled := p.wait(t)
-	assert.Equal(t, 0, code)
+	p.exits(t, 0)
+}
+
+// typeHelloThenCtrlC types "hello\n" on the console, which the program reads, then
+// Ctrl-C, whose SIGINT the program gets.
+func typeHelloThenCtrlC(t *testing.T, p *pid1, console *os.File) {
+	t.Helper()
+	_, err := console.WriteString("hello\n")
+	require.NoError(t, err)
+	p.waitLine(t, `read "hello\n" <nil>`)
+	_, err = console.Write([]byte{3}) // Ctrl-C: the terminal's VINTR
+	require.NoError(t, err)
+	p.waitLine(t, "got SIGINT")
+}
+
+// exits waits for p to exit with code, not killed by a signal.
+func (p *pid1) exits(t *testing.T, code int, msgAndArgs ...any) {
+	t.Helper()
+	got, signalled := p.wait(t)
+	assert.Equal(t, code, got, msgAndArgs...)
 	assert.False(t, signalled)
 }
 
