@@ -33,10 +33,7 @@ func TestALearningThatFailedIsSaidOnceInTheLog(t *testing.T) {
 	if !inAProcessOfItsOwn(t) {
 		return
 	}
-	var logs logbuf.Buffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	logs := logToDefault(t)
 	withGlobalServerOptions(t, grpc.StatsHandler(hidingStats{}))
 	a := serve(t, &drain.Gate{}, "tcp")
 
@@ -53,6 +50,17 @@ func TestALearningThatFailedIsSaidOnceInTheLog(t *testing.T) {
 	assert.Contains(t, warned[0], "grpc.ConnectionTimeout")
 	assert.Contains(t, warned[0], "a field of no context type")
 	assert.Contains(t, warned[0], "this binary's: v", "the grpc-go this binary runs")
+}
+
+// logToDefault makes slog's default logger, the one draingrpc says the learning's end
+// in, write text into the Buffer it returns until the test ends.
+func logToDefault(t *testing.T) *logbuf.Buffer {
+	t.Helper()
+	var logs logbuf.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	return &logs
 }
 
 // linesWith returns the lines of logs that hold s.

@@ -1,7 +1,6 @@
 package draingrpc
 
 import (
-	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,7 +9,6 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/drainkit/drainkit/drain"
-	"github.com/drainkit/drainkit/internal/logbuf"
 )
 
 // Fault: the learner found grpc's key in its handler, before drainkit's
@@ -63,10 +61,7 @@ func TestALearningHeldAtAHeldStopIsSaidOnceInTheLog(t *testing.T) {
 	if !inAProcessOfItsOwn(t) {
 		return
 	}
-	var logs logbuf.Buffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	logs := logToDefault(t)
 	collector := newHoldFirstProbe()
 	withGlobalServerOptions(t, grpc.StatsHandler(collector))
 	t.Cleanup(func() { close(collector.release) })
