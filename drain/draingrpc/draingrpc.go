@@ -454,9 +454,11 @@ type Server interface {
 // export to a collector that does not answer, as the RPC begins) leaves
 // the RPCs of a held grpc Stop to be told by the socket tables, as the
 // Step's detail says (one it holds at the RPC's End, once answered, does
-// not: the key is known by then). A learning that fails (a
+// not: the key is known by then), and the learning gives that RPC 10 s,
+// then ends without the key, its connection closed and its server
+// stopped. A learning that fails (a
 // grpc-go that no longer names the server, a process-wide stats handler
-// that hides it, no loopback to serve on) is logged once, as it
+// that hides it or holds its RPC 10 s, no loopback to serve on) is logged once, as it
 // ends, at WARN through slog.Default, with its cause and what to do; one
 // still running when a held Stop's RPCs were told by the socket tables
 // is logged so once, at that Stop.

@@ -214,7 +214,7 @@ func TestLearningTheKeyReadsNoFieldOfAContextCancelledMeanwhile(t *testing.T) {
 		defer close(shutDown)
 		shutdown()
 	}()
-	key, why := learnServerKey(originOf(t.Context()))
+	key, why := learnServerKey(originOf(t.Context()), learningBound)
 	require.NotNil(t, key, "grpc's key, learned under the stats handler: %s", why)
 	<-shutDown
 }

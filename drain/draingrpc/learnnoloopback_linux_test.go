@@ -34,7 +34,7 @@ func TestALearningWithNoLoopbackLeavesNoServerRunning(t *testing.T) {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil { // lo down, as a namespace starts
 			return "", err
 		}
-		key, why := learnServerKey(origin{authority: "localhost"})
+		key, why := learnServerKey(origin{authority: "localhost"}, learningBound)
 		if key != nil {
 			return "", errors.New("a key learned with no loopback up")
 		}

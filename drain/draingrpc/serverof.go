@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -46,6 +47,20 @@ func startLearning(rpc context.Context) {
 	})
 }
 
+// learningBound is how long the learning waits for drainkit's RPC to be
+// answered before it gives up the key, for the process's life: a
+// process-wide stats handler may hold that RPC before its answer (a
+// synchronous export to a collector that does not answer), which held
+// its connection, its grpc.Server and their goroutines for ever (row
+// 3780). Nothing waits for the learning (a Stop reads what it has, row
+// 3300), so a longer bound costs only how long a held one keeps those,
+// where one too short loses the key for good. Measured at load 33 to 35
+// (2 cores): a process's first learning, p50 8.3 ms and p99 164 ms under
+// -race (100 processes; 4.3 and 74 ms without), 200 in a row p99 94 to
+// 138 ms (21 to 44 ms without), the slowest 0.27 s; 10 s is 60 times
+// that p99 and 37 times that slowest.
+const learningBound = 10 * time.Second
+
 // learning is keyLearning's: key is set before done is closed.
 type learning struct {
 	done chan struct{}
@@ -55,7 +70,7 @@ type learning struct {
 func (l *learning) learn(from origin) {
 	defer close(l.done)
 	var why string
-	l.key, why = learnServerKey(from)
+	l.key, why = learnServerKey(from, learningBound)
 	if l.key == nil {
 		warnNotLearned(why)
 	}
@@ -80,10 +95,11 @@ var warnHeldOnce sync.Once
 // warnLearningHeld says, once per process, at WARN through slog.Default,
 // that a held Stop told its RPCs by the socket tables while the learning
 // of grpc's key still ran: a process-wide stats handler may hold
-// drainkit's RPC before it is answered, and a learning held so never
-// ends, so never says it as a failed one does (warnNotLearned), and only
-// the Step's detail, in the Report, said so (row 3682). Nothing when the learning
-// ended: it said so then, or learned the key.
+// drainkit's RPC before it is answered, and a learning held so ends only
+// at its bound (learningBound), when it says it as a failed one does
+// (warnNotLearned); before row 3682, only the Step's detail, in the
+// Report, said so. Nothing when the learning ended: it said so then, or
+// learned the key.
 func warnLearningHeld() {
 	select {
 	case <-keyLearning.done:
@@ -148,7 +164,8 @@ func serverOf(ctx context.Context) *grpc.Server {
 // ends the process, and may have put a context of its own type over
 // grpc's (row 3100), which findServerKey walks through. It returns nil
 // when the handler's context holds no key of grpc's type serverKey that
-// names this server, with why.
+// names this server, or when its RPC is not answered once within has
+// passed, with why.
 //
 // grpc logs the server at INFO ("[core] [Server #N] Server created",
 // its listener's, its connection's), and a global stats handler counts
@@ -163,7 +180,7 @@ func serverOf(ctx context.Context) *grpc.Server {
 // drainkit's API does not have; grpc's channelz drops a server's entry as
 // its Stop begins; a ServerTransportStream, the interceptor's info and
 // the service registered say nothing of the server.
-func learnServerKey(from origin) (key any, why string) {
+func learnServerKey(from origin, within time.Duration) (key any, why string) {
 	var handled atomic.Bool
 	found := make(chan any, 1)
 	probe := grpc.NewServer()
@@ -188,7 +205,19 @@ func learnServerKey(from origin) (key any, why string) {
 		return nil, "drainkit's RPC " + probeFullMethod + " found no loopback to be served on: " + err.Error()
 	}
 	go func() { _ = probe.Serve(newOneConnListener(originConn{Conn: conn, from: from})) }()
-	err = callProbe(client, from.authority)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	err = callProbe(ctx, client, from.authority)
+	if err != nil && ctx.Err() != nil {
+		// Stop, where GracefulStop waits for the handler that holds the
+		// RPC; not waited for either: it waits for the connection's
+		// goroutine, which a process-wide TagConn or HandleConn may hold
+		// (row 3780). Its connection, closed by callProbe, is gone.
+		go probe.Stop()
+		return nil, "drainkit's RPC " + probeFullMethod + " was not answered within " + within.String() + " (a healthy one takes milliseconds): " +
+			"a process-wide stats handler (grpc's AddGlobalServerOptions) held it before its answer (a synchronous export as the RPC begins, " +
+			"to a collector that does not answer) or the machine is starved; the learning ended, its connection closed and its server stopped"
+	}
 	// Not waited for: GracefulStop waits for the RPC's stats to end, which
 	// a process-wide stats handler may hold (a synchronous export to a
 	// collector that does not answer), and the key is known once the RPC
@@ -336,9 +365,10 @@ func (c originConn) LocalAddr() net.Addr {
 
 // callProbe calls drainkit's RPC on conn, as a grpc client does over
 // HTTP/2 without TLS, with authority for its :authority, reads its answer
-// whole and closes conn. Not with grpc's own client: that runs the
-// process-wide dial options (grpc's AddGlobalDialOptions) as well.
-func callProbe(conn net.Conn, authority string) error {
+// whole, or gives up as ctx ends, and closes conn. Not with grpc's own
+// client: that runs the process-wide dial options (grpc's
+// AddGlobalDialOptions) as well.
+func callProbe(ctx context.Context, conn net.Conn, authority string) error {
 	defer conn.Close() // where the transport never took it
 	dial := make(chan net.Conn, 1)
 	dial <- conn
@@ -353,7 +383,7 @@ func callProbe(conn net.Conn, authority string) error {
 		}
 	}}
 	defer tr.CloseIdleConnections()
-	req, err := http.NewRequest(http.MethodPost, "http://"+conn.RemoteAddr().String()+probeFullMethod, bytes.NewReader(emptyMessage))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+conn.RemoteAddr().String()+probeFullMethod, bytes.NewReader(emptyMessage))
 	if err != nil {
 		return err
 	}
