@@ -3,6 +3,7 @@ package draingrpc
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -270,16 +271,34 @@ func originOf(rpc context.Context) origin {
 }
 
 // loopbackPair connects a TCP socket on 127.0.0.1 to a listener of its
-// own and returns both ends, the listener closed: no other process's
-// connection reaches drainkit's RPC. A tenant sharing the network
-// namespace sees a loopback listener in /proc/net/tcp and may connect to
-// it; one that called drainkit's method on the learner's listener, left
-// open until drainkit's RPC was answered, filled its one-key channel and
-// held drainkit's RPC in its handler for ever (row 3680). A connection
-// accepted that is not client's, another process's that came in the
-// moment the listener was open, is closed.
+// own, or on ::1 where that fails, and returns both ends: a namespace
+// whose lo has ::1 alone (an IPv6-only pod) has no 127.0.0.1 to listen on,
+// and the learning found no loopback there (row 3781). ::1 is the
+// namespace's own loopback, as 127.0.0.1 is, and loopbackPairOn keeps
+// other processes off it alike.
 func loopbackPair() (client, server net.Conn, err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	client, server, err = loopbackPairOn("127.0.0.1:0")
+	if err == nil {
+		return client, server, nil
+	}
+	client, server, err6 := loopbackPairOn("[::1]:0")
+	if err6 != nil {
+		return nil, nil, fmt.Errorf("%w; %w", err, err6)
+	}
+	return client, server, nil
+}
+
+// loopbackPairOn connects a TCP socket on the loopback address addr to a
+// listener of its own and returns both ends, the listener closed: no
+// other process's connection reaches drainkit's RPC. A tenant sharing the
+// network namespace sees a loopback listener in /proc/net/tcp and may
+// connect to it; one that called drainkit's method on the learner's
+// listener, left open until drainkit's RPC was answered, filled its
+// one-key channel and held drainkit's RPC in its handler for ever (row
+// 3680). A connection accepted that is not client's, another process's
+// that came in the moment the listener was open, is closed.
+func loopbackPairOn(addr string) (client, server net.Conn, err error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, err
 	}
