@@ -74,8 +74,6 @@ func TestServerRunSurvivesHangupAndQuit(t *testing.T) {
 	assert.Contains(t, stderr.String(), "goroutine", "SIGQUIT logged the goroutines")
 }
 
-// oneCallServer is the one-call path over two fake sandboxes, for
-// TestServerRunSurvivesHangupAndQuit.
 // oneCallProcess is this test binary as a process of the one-call
 // path's (oneCallServer) with env more, not yet started, the address it
 // serves on and its stderr; it skips a short test.
@@ -95,6 +93,8 @@ func oneCallProcess(t *testing.T, env ...string) (cmd *exec.Cmd, addr string, st
 	return cmd, addr, stderr
 }
 
+// oneCallServer is the one-call path over two fake sandboxes, for
+// TestServerRunSurvivesHangupAndQuit.
 func oneCallServer() int {
 	node := fakesandbox.NewNode()
 	node.AddN("sb", 2, 10*time.Millisecond)
