@@ -126,11 +126,18 @@ func hookPort(site hookSite) string {
 // Error).
 func judgeExec(cmd []string, site hookSite) hookVerdict {
 	line := strings.Join(cmd, " ")
+	var words []string
 	for _, arg := range cmd {
 		for _, word := range strings.Fields(arg) {
-			if path.Base(strings.Trim(word, `"';&|()`)) == "drainhook" {
-				return hookVerdict{level: slog.LevelInfo, msg: "drain: the preStop hook runs drainhook, which calls GET " + hookPath + " at " + EnvHookListen + ": the drain starts at its call"}
+			words = append(words, strings.Trim(word, `"';&|()`))
+		}
+	}
+	for i, word := range words {
+		if path.Base(word) == "drainhook" {
+			if u, given := drainhookURL(words[i+1:]); given {
+				return judgeDrainhookURL(u, site)
 			}
+			return hookVerdict{level: slog.LevelInfo, msg: "drain: the preStop hook runs drainhook, which calls GET " + hookPath + " at " + EnvHookListen + ": the drain starts at its call"}
 		}
 	}
 	if strings.Contains(line, hookPath) && strings.Contains(line, ":"+hookPort(site)) {
@@ -142,6 +149,65 @@ func judgeExec(cmd []string, site hookSite) hookVerdict {
 			"(one that waits for the sandboxes to end leaves SIGTERM 2 s before SIGKILL), and the budget learns of that time only from the pod's deletionTimestamp",
 			line, hookPath, EnvHookListen),
 		change: []string{"give it exec {command: [/drainhook]} (drain/cmd/drainhook), or an httpGet {path: " + hookPath + ", port: " + hookPort(site) + "}"}}
+}
+
+// drainhookURL is the -url (or --url) among args, drainhook's, and
+// whether one is given: without it drainhook calls EnvHookListen, from the
+// container's environment, which it shares with the server.
+func drainhookURL(args []string) (string, bool) {
+	for i, arg := range args {
+		name, value, inline := strings.Cut(strings.TrimPrefix(arg, "-"), "=")
+		if name != "-url" && name != "url" {
+			continue
+		}
+		if inline {
+			return value, true
+		}
+		if i+1 < len(args) {
+			return args[i+1], true
+		}
+	}
+	return "", false
+}
+
+// judgeDrainhookURL is the verdict on drainhook called with -url raw: it
+// asks that URL, from the container, whose network is the pod's (a
+// loopback hook is reached there), and a 404 or 403 (the server's own
+// port, another path, no secret) or a refused connection (another port)
+// ends it with exit 1, no drain wait.
+func judgeDrainhookURL(raw string, site hookSite) hookVerdict {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return hookVerdict{level: slog.LevelError, msg: fmt.Sprintf("drain: the preStop hook runs drainhook with -url %q, which is no URL drainhook takes: it exits 2, no drain wait; "+
+			"the drain starts only at SIGTERM", raw),
+			change: []string{"leave -url out (drainhook then calls " + EnvHookListen + ")"}}
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	var misses []string
+	if n, err := strconv.Atoi(port); err != nil {
+		misses = append(misses, "its port "+port+" is no port number")
+	} else if miss := portMiss(n, site); miss != "" {
+		misses = append(misses, miss)
+	}
+	if miss := hostMiss(true, u.Hostname(), site); miss != "" {
+		misses = append(misses, miss)
+	}
+	if p := requestPath(u.EscapedPath()); p != hookPath {
+		misses = append(misses, fmt.Sprintf("its path %s is not %s: the hook listener answers 404", p, hookPath))
+	}
+	if u.Scheme == "https" {
+		misses = append(misses, "its scheme is https, where the hook is plain HTTP: the TLS handshake fails")
+	}
+	if len(misses) > 0 {
+		return hookVerdict{level: slog.LevelError,
+			msg: "drain: the preStop hook runs drainhook -url " + raw + ", which never reaches the drain: " + strings.Join(misses, "; ") +
+				": drainhook gives up (exit 1, FailedPreStopHook) and the drain starts only at SIGTERM, with no preStop wait, its gate closing only then",
+			change: []string{"leave -url out: drainhook then calls " + EnvHookListen + "=" + site.hook}}
+	}
+	return hookVerdict{level: slog.LevelInfo, msg: "drain: the preStop hook runs drainhook, and drainhook calls " + raw + ", the hook: the drain starts at its call"}
 }
 
 // judgeHTTPGet is the verdict on c's httpGet hook g: whether the kubelet's

@@ -86,3 +86,59 @@ func TestTheStartSaysWhatThePreStopHookDoesToTheDrain(t *testing.T) {
 		})
 	}
 }
+
+// startLines is NewServer's lines of container's preStop hook in logs.
+func startLines(logs, container string) []string {
+	var lines []string
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, "preStop") && strings.Contains(l, "container="+container) {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// Fault (row 3700): an exec hook that runs drainhook was said to reach
+// the drain whatever its -url: drainhook then calls the URL given, not
+// DRAINKIT_HOOK_LISTEN, and one at the server's own port gets its 404,
+// one at another port a refused connection: drainhook gives up, exits 1,
+// and the drain starts only at SIGTERM, while the start had said at Info
+// that it starts at the hook's call. The -url is now judged as the
+// httpGet's URL is.
+//
+//	NewServer, srv on 127.0.0.1:8080, the hook on 127.0.0.1:8082
+//	  /drainhook -url http://127.0.0.1:8080/drain   Error: the server's own port
+//	  /drainhook --url=http://127.0.0.1:9090/drain  Error: not the hook's port
+//	  /drainhook -url http://127.0.0.1:8082/drain   Info: reaches the hook
+//	  /drainhook                                    Info: DRAINKIT_HOOK_LISTEN
+func TestTheStartJudgesDrainhooksURL(t *testing.T) {
+	cases := []struct {
+		cmd   []string
+		level string
+		said  string
+	}{
+		{[]string{"/drainhook", "-url", "http://127.0.0.1:8080/drain"}, "ERROR", "its port 8080 is the server's own"},
+		{[]string{"/drainhook", "--url=http://127.0.0.1:9090/drain"}, "ERROR", "its port 9090 is not the hook's, 8082"},
+		{[]string{"/drainhook", "-url", "http://127.0.0.1:8082/prestop"}, "ERROR", "its path /prestop is not /drain"},
+		{[]string{"/drainhook", "-url", "http://127.0.0.1:8082/drain"}, "INFO", "drainhook calls http://127.0.0.1:8082/drain, the hook"},
+		{[]string{"/drainhook"}, "INFO", "the preStop hook runs drainhook, which calls GET /drain at " + EnvHookListen},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.cmd, " "), func(t *testing.T) {
+			api := newPodAPI(t)
+			inClusterOf(t, api)
+			t.Setenv(EnvGrace, "30")
+			api.SetGrace(30)
+			api.SetContainers(corev1.Container{Name: "node",
+				Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: c.cmd}}}})
+			logs := logToDefault(t)
+
+			_, err := NewServer(&http.Server{Addr: "127.0.0.1:8080"}, fakesandbox.NewNode())
+			require.NoError(t, err)
+			lines := startLines(logs.String(), "node")
+			require.Len(t, lines, 1, "one line of the hook, once:\n%s", logs)
+			assert.Contains(t, lines[0], "level="+c.level)
+			assert.Contains(t, lines[0], c.said)
+		})
+	}
+}
