@@ -142,3 +142,39 @@ func TestTheStartJudgesDrainhooksURL(t *testing.T) {
 		})
 	}
 }
+
+// Fault (row 3701): the start read the preStop hooks of spec.containers
+// alone, where the kubelet runs the hook of a native sidecar too (an init
+// container with restartPolicy Always: kubecontainer.GetContainerSpec
+// visits the init containers). A drainkit server in such a sidecar beside
+// one app container was taken for the app (the only container read): its
+// own hook, here on the server's own port, was never judged, and the line
+// said of the app's that there was none.
+//
+//	pod: initContainers [drainkit (Always): httpGet :8080/drain]  containers [app]
+//	this process mounts containers/drainkit/
+//	  before: one line, container=app, Info "no preStop hook"
+//	  after:  one line, container=drainkit, Error "the server's own"
+func TestTheStartJudgesTheHookOfANativeSidecarServer(t *testing.T) {
+	api := newPodAPI(t)
+	inClusterOf(t, api)
+	t.Setenv(EnvHookSecret, "s3cr3t-of-the-test")
+	t.Setenv(EnvGrace, "30")
+	api.SetGrace(30)
+	api.SetHostNetwork(true)
+	always := corev1.ContainerRestartPolicyAlways
+	api.SetInitContainers(corev1.Container{Name: "drainkit", RestartPolicy: &always,
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain", Port: intstr.FromInt32(8080),
+			Host: "127.0.0.1", HTTPHeaders: []corev1.HTTPHeader{{Name: "X-Drain-Secret", Value: "s3cr3t-of-the-test"}}}}}})
+	api.SetContainers(corev1.Container{Name: "app"})
+	mountinfoOf(t, strings.ReplaceAll(serverMounts, "containers/server/", "containers/drainkit/"))
+	logs := logToDefault(t)
+
+	_, err := NewServer(&http.Server{Addr: "127.0.0.1:8080"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	assert.Empty(t, startLines(logs.String(), "app"), "the app's container is not this one")
+	lines := startLines(logs.String(), "drainkit")
+	require.Len(t, lines, 1, "one line of the sidecar's hook:\n%s", logs)
+	assert.Contains(t, lines[0], "level=ERROR")
+	assert.Contains(t, lines[0], "its port 8080 is the server's own")
+}

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 
 	"github.com/drainkit/drainkit/internal/podhooks"
@@ -16,8 +17,11 @@ func init() {
 // podContainer is the part of one of a pod's containers this package
 // reads: its name, its named ports and its preStop hook.
 type podContainer struct {
-	Name  string `json:"name"`
-	Ports []struct {
+	Name string `json:"name"`
+	// RestartPolicy is an init container's: "Always" for a native
+	// sidecar, which runs beside the containers until the pod ends.
+	RestartPolicy string `json:"restartPolicy"`
+	Ports         []struct {
 		Name          string `json:"name"`
 		ContainerPort int    `json:"containerPort"`
 	} `json:"ports"`
@@ -64,10 +68,20 @@ func (p *intOrName) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// hooks is what s says of its containers' preStop hooks (podhooks.Of).
+// hooks is what s says of its containers' preStop hooks (podhooks.Of):
+// spec.containers' and, after them, its native sidecars', the init
+// containers with restartPolicy Always, whose hooks the kubelet runs too
+// (kubecontainer.GetContainerSpec visits them); an init container that
+// ran to its end has no hook to run.
 func (s Spec) hooks() podhooks.Pod {
 	pod := podhooks.Pod{HostNetwork: s.s.HostNetwork}
-	for _, c := range s.s.Containers {
+	running := slices.Clone(s.s.Containers)
+	for _, c := range s.s.InitContainers {
+		if c.RestartPolicy == "Always" {
+			running = append(running, c)
+		}
+	}
+	for _, c := range running {
 		pc := podhooks.Container{Name: c.Name, Ports: map[string]int{}}
 		for _, p := range c.Ports {
 			if p.Name != "" {

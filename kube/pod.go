@@ -756,6 +756,9 @@ type podSpec struct {
 	HostNetwork                   bool   `json:"hostNetwork"`
 	// Containers' preStop hooks are read in hooks.go.
 	Containers []podContainer `json:"containers"`
+	// InitContainers' too: a native sidecar's (restartPolicy Always)
+	// preStop runs at the pod's termination.
+	InitContainers []podContainer `json:"initContainers"`
 }
 
 // leastGrace is the least grace the kubelet gives a pod, whatever its spec

@@ -38,9 +38,10 @@ type Pod struct {
 	grace      *int64    // nil: none
 	priority   int32     // spec.priority; zero: absent
 	containers []corev1.Container
-	hostNet    bool // spec.hostNetwork
-	status     int  // non-zero: every request is answered with it
-	hang       bool // every request hangs until its client gives up
+	inits      []corev1.Container // spec.initContainers
+	hostNet    bool               // spec.hostNetwork
+	status     int                // non-zero: every request is answered with it
+	hang       bool               // every request hangs until its client gives up
 	reads      int
 	events     []eventsv1.Event
 }
@@ -82,6 +83,10 @@ func (p *Pod) SetPriority(priority int32) { p.set(func() { p.priority = priority
 
 // SetContainers sets the pod's spec.containers.
 func (p *Pod) SetContainers(cs ...corev1.Container) { p.set(func() { p.containers = cs }) }
+
+// SetInitContainers sets the pod's spec.initContainers (a native sidecar
+// is one with restartPolicy Always).
+func (p *Pod) SetInitContainers(cs ...corev1.Container) { p.set(func() { p.inits = cs }) }
 
 // SetHostNetwork sets the pod's spec.hostNetwork: the node's network.
 func (p *Pod) SetHostNetwork(on bool) { p.set(func() { p.hostNet = on }) }
@@ -177,7 +182,7 @@ func (p *Pod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p.priority != 0 {
 			pod.Spec.Priority = new(p.priority)
 		}
-		pod.Spec.Containers, pod.Spec.HostNetwork = p.containers, p.hostNet
+		pod.Spec.Containers, pod.Spec.InitContainers, pod.Spec.HostNetwork = p.containers, p.inits, p.hostNet
 		_ = json.NewEncoder(w).Encode(&pod)
 	case r.Method == http.MethodPost && r.URL.Path == "/apis/events.k8s.io/v1/namespaces/"+p.Namespace+"/events":
 		var ev eventsv1.Event

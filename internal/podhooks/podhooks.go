@@ -10,7 +10,9 @@ type Pod struct {
 	Containers  []Container
 }
 
-// Container is one of spec.containers.
+// Container is one of spec.containers, or a native sidecar (one of
+// spec.initContainers with restartPolicy Always), whose preStop the
+// kubelet runs too.
 type Container struct {
 	Name string
 	// Ports are the container's named ports (ports[].name to
