@@ -319,6 +319,9 @@ func portOf(addr string) string {
 func hostMiss(hostNetwork bool, host string, site hookSite) string {
 	listenHost, _, _ := net.SplitHostPort(site.hook)
 	listenIP := net.ParseIP(listenHost)
+	if listenHost == "localhost" { // net.Listen takes a name's first IPv4 address: 127.0.0.1
+		listenIP = net.IPv4(127, 0, 0, 1)
+	}
 	wildcard := listenHost == "" || listenIP != nil && listenIP.IsUnspecified()
 	loopbackHook := listenaddr.Loopback(site.hook)
 	switch {

@@ -178,3 +178,32 @@ func TestTheStartJudgesTheHookOfANativeSidecarServer(t *testing.T) {
 	assert.Contains(t, lines[0], "level=ERROR")
 	assert.Contains(t, lines[0], "its port 8080 is the server's own")
 }
+
+// Fault (row 3702): a hook listening on localhost (DRAINKIT_HOOK_LISTEN
+// localhost:8082, where net.Listen takes 127.0.0.1) and an httpGet with
+// host 127.0.0.1 on the node's network, which reaches it, was said at
+// Error never to reach the drain: its host "is not the address the hook
+// listens on". False Errors are worse than silence.
+//
+//	hostNetwork, DRAINKIT_HOOK_LISTEN=localhost:8082
+//	  httpGet host 127.0.0.1 port 8082 /drain, the secret   Info (was Error)
+func TestTheStartTakesLocalhostForTheLoopbackItListensOn(t *testing.T) {
+	api := newPodAPI(t)
+	inClusterOf(t, api)
+	t.Setenv(EnvHookListen, "localhost:8082")
+	t.Setenv(EnvHookSecret, "s3cr3t-of-the-test")
+	t.Setenv(EnvGrace, "30")
+	api.SetGrace(30)
+	api.SetHostNetwork(true)
+	api.SetContainers(corev1.Container{Name: "node",
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain", Port: intstr.FromInt32(8082),
+			Host: "127.0.0.1", HTTPHeaders: []corev1.HTTPHeader{{Name: "X-Drain-Secret", Value: "s3cr3t-of-the-test"}}}}}})
+	logs := logToDefault(t)
+
+	_, err := NewServer(&http.Server{Addr: "127.0.0.1:8080"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	lines := startLines(logs.String(), "node")
+	require.Len(t, lines, 1, "one line of the hook, once:\n%s", logs)
+	assert.Contains(t, lines[0], "level=INFO")
+	assert.Contains(t, lines[0], "reaches the hook")
+}
