@@ -47,6 +47,7 @@ func sayPreStop(log *slog.Logger, spec *podSpec, site hookSite) {
 		return
 	}
 	pod := podhooks.Of(spec.spec)
+	sayPostStart(log, pod, site)
 	byName := make(map[string]podhooks.Container, len(pod.Containers))
 	for _, c := range pod.Containers {
 		byName[c.Name] = c
@@ -77,6 +78,33 @@ func sayPreStop(log *slog.Logger, spec *podSpec, site hookSite) {
 	}
 	for i, v := range misses {
 		say(log, v, "container", names[i], "note", "which of the pod's containers this process is is not known; none's preStop reaches the drain")
+	}
+}
+
+// sayPostStart says at Error each postStart hook of pod's containers
+// that reaches the drain at site: the kubelet calls it as the container
+// starts, and the first call closes the gate and turns readiness off, the
+// node out of service from its start; refused, while the hook is not yet
+// listened on, it fails the postStart, and the kubelet kills the
+// container. Any container's counts: the pod's containers share its
+// network.
+func sayPostStart(log *slog.Logger, pod podhooks.Pod, site hookSite) {
+	for _, c := range pod.Containers {
+		h := c.PostStart
+		if h == nil || h.Sleep != nil || h.HTTPGet == nil && h.Exec == nil {
+			continue
+		}
+		c.PreStop = h
+		v := judgePreStop(pod, c, site)
+		// An httpGet's Warn is scheme HTTPS, which reaches the drain
+		// through the kubelet's fallback; its misses are Errors.
+		if reaches := v.level < slog.LevelWarn || h.HTTPGet != nil && v.level == slog.LevelWarn; !reaches {
+			continue
+		}
+		log.Error("drain: the postStart hook calls GET "+hookPath+" on "+EnvHookListen+": the kubelet calls it as the container starts, "+
+			"and it starts the drain then (the gate closed, readiness off: the node out of service from its start), "+
+			"or, refused before the hook listens, fails the postStart and the kubelet kills the container; remove it: the drain's hook is for the container's stop",
+			"container", c.Name)
 	}
 }
 

@@ -207,3 +207,39 @@ func TestTheStartTakesLocalhostForTheLoopbackItListensOn(t *testing.T) {
 	assert.Contains(t, lines[0], "level=INFO")
 	assert.Contains(t, lines[0], "reaches the hook")
 }
+
+// Fault (row 3703): a postStart hook that reaches GET /drain (an httpGet
+// copied from the preStop, its secret included) is called by the kubelet
+// as the container starts: the first call closes the gate and turns
+// readiness off, taking the node out of service for its whole life, or,
+// refused while the hook is not yet listened on, fails the postStart and
+// the kubelet kills the container. The start read the spec and said
+// nothing of it; it now says it at Error.
+//
+//	NewServer, the pod's spec read
+//	  preStop httpGet to the hook, postStart the same   Error: postStart starts the drain
+func TestTheStartSaysAPostStartHookThatCallsTheDrain(t *testing.T) {
+	api := newPodAPI(t)
+	inClusterOf(t, api)
+	t.Setenv(EnvHookSecret, "s3cr3t-of-the-test")
+	t.Setenv(EnvGrace, "30")
+	api.SetGrace(30)
+	api.SetHostNetwork(true)
+	hook := &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain", Port: intstr.FromInt32(8082),
+		Host: "127.0.0.1", HTTPHeaders: []corev1.HTTPHeader{{Name: "X-Drain-Secret", Value: "s3cr3t-of-the-test"}}}}
+	api.SetContainers(corev1.Container{Name: "node", Lifecycle: &corev1.Lifecycle{PreStop: hook, PostStart: hook}})
+	logs := logToDefault(t)
+
+	_, err := NewServer(&http.Server{Addr: "127.0.0.1:8080"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	var postStart []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "postStart") {
+			postStart = append(postStart, l)
+		}
+	}
+	require.Len(t, postStart, 1, "one line of the postStart hook:\n%s", logs)
+	assert.Contains(t, postStart[0], "level=ERROR")
+	assert.Contains(t, postStart[0], "container=node")
+	assert.Contains(t, postStart[0], "as the container starts")
+}

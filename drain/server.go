@@ -252,7 +252,9 @@ func (s *Server) releaseTerm() {
 // to the drain: at Error an httpGet that never reaches GET /drain on
 // EnvHookListen (which the kubelet would not say: it takes any answer for
 // the hook's end), at Warn an exec hook that calls neither drainhook nor
-// GET /drain, each with what to change. Errors name the
+// GET /drain, each with what to change; and at Error a postStart hook
+// that calls GET /drain, which would start the drain as the container
+// starts. Errors name the
 // variable or argument that is wrong; they come now, not at SIGTERM.
 // From its call SIGTERM is caught for Run (see Run); after an error it has
 // its default action again, unless another Server made waits for its Run.

@@ -26,7 +26,8 @@ type podContainer struct {
 		ContainerPort int    `json:"containerPort"`
 	} `json:"ports"`
 	Lifecycle *struct {
-		PreStop *podHandler `json:"preStop"`
+		PreStop   *podHandler `json:"preStop"`
+		PostStart *podHandler `json:"postStart"`
 	} `json:"lifecycle"`
 }
 
@@ -90,6 +91,9 @@ func (s Spec) hooks() podhooks.Pod {
 		}
 		if l := c.Lifecycle; l != nil && l.PreStop != nil {
 			pc.PreStop = l.PreStop.handler()
+		}
+		if l := c.Lifecycle; l != nil && l.PostStart != nil {
+			pc.PostStart = l.PostStart.handler()
 		}
 		pod.Containers = append(pod.Containers, pc)
 	}

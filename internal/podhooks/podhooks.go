@@ -20,6 +20,9 @@ type Container struct {
 	Ports map[string]int
 	// PreStop is lifecycle.preStop; nil for none.
 	PreStop *Handler
+	// PostStart is lifecycle.postStart; nil for none. One that calls the
+	// drain starts it as the container starts.
+	PostStart *Handler
 }
 
 // Handler is a lifecycle handler: one of Exec, HTTPGet and Sleep is set,
