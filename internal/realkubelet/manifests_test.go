@@ -311,12 +311,6 @@ type manifestRun struct {
 	log *string
 }
 
-// runREADMEPod is runManifestPod for a pod of the README's manifest.
-func (a *apiPods) runREADMEPod(t *testing.T, pod *corev1.Pod) (*drain.Report, []string) {
-	t.Helper()
-	return a.runManifestPod(t, pod, readmeRun(a, pod, nil))
-}
-
 // readmeRun is the manifestRun of a pod of the README's manifest; its
 // server's log goes to log when it is not nil.
 func readmeRun(a *apiPods, pod *corev1.Pod, log *string) manifestRun {
