@@ -268,3 +268,40 @@ func TestPauseConfigBesideAPreserverOfItsOwnIsRefused(t *testing.T) {
 	_, err = New(cfg)
 	assert.NoError(t, err, "a Preserver with a zero Config.Pause")
 }
+
+// Fault (row 3840): the preStop sleeps were read from spec.containers
+// alone, where the kubelet v1.34 runs a native sidecar's sleep too (an
+// init container with restartPolicy Always; kubecontainer.GetContainerSpec
+// visits the init containers). A drainkit server in such a sidecar
+// sleeping 10 s of a 30 s grace, beside an app sleeping 20 s, was not in
+// the sleeps read, so its container was not known: it planned with the
+// longest, the app's.
+//
+//	pod: initContainers [drainkit (Always): sleep 10 s]  containers [app: sleep 20 s]
+//	this process mounts containers/drainkit/
+//	  before: planned 20 s (the app's, "not known")
+//	  after:  planned 10 s (its own)
+func TestConfigFromEnvTakesANativeSidecarServersOwnSleep(t *testing.T) {
+	api := newPodAPI(t)
+	api.SetGrace(30)
+	inClusterOf(t, api)
+	t.Setenv(EnvGrace, "")
+	t.Setenv(EnvPreStopSleep, "")
+	sleep := func(s int64) *corev1.Lifecycle {
+		return &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: s}}}
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	api.SetInitContainers(corev1.Container{Name: "setup", Lifecycle: sleep(25)},
+		corev1.Container{Name: "drainkit", RestartPolicy: &always, Lifecycle: sleep(10)})
+	api.SetContainers(corev1.Container{Name: "app", Lifecycle: sleep(20)})
+	mountinfoOf(t, strings.ReplaceAll(serverMounts, "containers/server/", "containers/drainkit/"))
+	cfg, err := ConfigFromEnv()
+	require.NoError(t, err)
+	assert.Equal(t, 10*time.Second, sleepPlanned(cfg.Budget), "the sidecar's own sleep")
+
+	mountinfoOf(t, strings.ReplaceAll(serverMounts, "containers/server/", "containers/setup/"))
+	cfg, err = ConfigFromEnv()
+	require.NoError(t, err)
+	assert.Equal(t, 20*time.Second, sleepPlanned(cfg.Budget),
+		"an init container that ran to its end sleeps no more: not known, the longest of those the kubelet runs")
+}

@@ -76,13 +76,7 @@ func (p *intOrName) UnmarshalJSON(b []byte) error {
 // ran to its end has no hook to run.
 func (s Spec) hooks() podhooks.Pod {
 	pod := podhooks.Pod{HostNetwork: s.s.HostNetwork}
-	running := slices.Clone(s.s.Containers)
-	for _, c := range s.s.InitContainers {
-		if c.RestartPolicy == "Always" {
-			running = append(running, c)
-		}
-	}
-	for _, c := range running {
+	for _, c := range s.stoppedContainers() {
 		pc := podhooks.Container{Name: c.Name, Ports: map[string]int{}}
 		for _, p := range c.Ports {
 			if p.Name != "" {
@@ -116,4 +110,18 @@ func (h *podHandler) handler() *podhooks.Handler {
 		out.Sleep = &h.Sleep.Seconds
 	}
 	return &out
+}
+
+// stoppedContainers are the containers whose preStop hooks the kubelet
+// runs as the pod ends: spec.containers and, after them, the native
+// sidecars (init containers with restartPolicy Always); an init container
+// that ran to its end has nothing left to stop.
+func (s Spec) stoppedContainers() []podContainer {
+	cs := slices.Clone(s.s.Containers)
+	for _, c := range s.s.InitContainers {
+		if c.RestartPolicy == "Always" {
+			cs = append(cs, c)
+		}
+	}
+	return cs
 }

@@ -585,7 +585,8 @@ func (p *Pod) Priority(ctx context.Context) (int32, error) {
 }
 
 // PreStopSleeps reads the preStop hook of each of the pod's containers
-// (spec.containers, by name): the seconds of a sleep hook
+// (spec.containers and the native sidecars, init containers with
+// restartPolicy Always, whose hooks the kubelet runs too; by name): the seconds of a sleep hook
 // (lifecycle.preStop.sleep.seconds, KEP-3960), zero for a container with
 // no hook or another kind. The kubelet runs a container's sleep before its
 // SIGTERM, out of its grace: a server planning its budget needs its own
@@ -672,8 +673,9 @@ func (s Spec) Priority() int32 {
 // returns it: an error for a sleep that is negative or longer than a
 // time.Duration holds.
 func (s Spec) PreStopSleeps() (map[string]time.Duration, error) {
-	sleeps := make(map[string]time.Duration, len(s.s.Containers))
-	for _, c := range s.s.Containers {
+	stopped := s.stoppedContainers()
+	sleeps := make(map[string]time.Duration, len(stopped))
+	for _, c := range stopped {
 		var sec int64
 		if l := c.Lifecycle; l != nil && l.PreStop != nil && l.PreStop.Sleep != nil {
 			sec = l.PreStop.Sleep.Seconds

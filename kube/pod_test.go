@@ -956,6 +956,20 @@ func TestPreStopSleepsReadsEachContainersHook(t *testing.T) {
 	refusedAndUnmade(t, func(p *kube.Pod) error { _, err := p.PreStopSleeps(t.Context()); return err })
 }
 
+// Row 3840: a native sidecar's sleep is read as the containers' are (the
+// kubelet runs it); an init container that ran to its end has none left.
+func TestPreStopSleepsReadsANativeSidecarsHook(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	sleep := &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 7}}}
+	_, cfg := newAPIServer(t, podJSON(t, func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{{Name: "setup", Lifecycle: sleep}, {Name: "server", RestartPolicy: &always, Lifecycle: sleep}}
+		p.Spec.Containers = []corev1.Container{{Name: "app"}}
+	}))
+	sleeps, err := newPod(t, cfg, testPod).PreStopSleeps(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]time.Duration{"app": 0, "server": 7 * time.Second}, sleeps)
+}
+
 // A drain with no preStop call reads the pod every second: a clock offset
 // is logged at Warn once, not at every read (a review: 13 Warn lines in a
 // 12 s drain), and again only when it moves.
