@@ -76,8 +76,10 @@ func (r *run) unstartedLocked(u float64, now time.Time) {
 // the climber a sample when t was preserved at its first attempt (and is
 // no preserve again), and
 // applies the limit it returns; area0 is the in-flight integral when t started (startedLocked;
-// unused unless t was preserved). The caller holds r.mu.
-func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) {
+// unused unless t was preserved). It reports whether it changed the limit
+// with a line to log, which the caller writes once it let r.mu go
+// (logLimits). The caller holds r.mu.
+func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) (logged bool) {
 	u := r.units(e)
 	r.tick(res.end)
 	r.inflight--
@@ -89,7 +91,7 @@ func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) {
 	// internal/measured's, which the supervisor reads a Report's entries
 	// by to tell whether the Run measured a level (and Limit reports it).
 	if !measured.Sample(measured.Preserve{Preserved: res.outcome == Preserved, Attempts: int(t.attempts.Load()), Relisted: e.Relisted, Took: d}) {
-		return
+		return false
 	}
 	kbar := (r.area - area0) / float64(d)
 	est := float64(e.Estimate) // its own, or its size at the rate known when its pass was ordered
@@ -103,7 +105,7 @@ func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) {
 	if r.bindsLocked(res.end) {
 		k = r.climb.bind(res.end)
 	}
-	r.setLimitLocked(k)
+	return r.setLimitLocked(k)
 }
 
 // bindsLocked reports whether the work left, at the best throughput
@@ -123,9 +125,13 @@ func (r *run) bindsLocked(now time.Time) bool {
 	return need > bindFrac*float64(end.Sub(now))
 }
 
-func (r *run) setLimitLocked(k int) {
+// setLimitLocked sets the limit to k and reports whether it changed it
+// with a line to log: what the line says, read under r.mu, waits in
+// r.limitLines for the caller to write it once it let r.mu go
+// (logLimits). The caller holds r.mu.
+func (r *run) setLimitLocked(k int) (logged bool) {
 	if k == r.limit {
-		return
+		return false
 	}
 	from := r.limit
 	r.limit = k
@@ -133,18 +139,47 @@ func (r *run) setLimitLocked(k int) {
 	if k > from {
 		r.poke()
 	}
-	if r.cfg.log.Enabled(r.ctx, slog.LevelInfo) {
-		r.logLimit(from, k)
+	if !r.cfg.log.Enabled(r.ctx, slog.LevelInfo) {
+		return false
 	}
+	r.limitLines = append(r.limitLines, limitChange{from: from, to: k, best: r.bestThroughput(), queued: r.queue.n})
+	return true
 }
 
-// logLimit logs a change of the limit; apart from setLimitLocked, whose
-// frame is on every worker's stack, so that its attributes are not.
-func (r *run) logLimit(from, k int) {
-	{
+// limitChange is a change of the limit to be logged: what its line says,
+// read under r.mu, where the line is written after it. The log handler is
+// the user's code, which may block, panic or end its goroutine
+// (runtime.Goexit): written under r.mu, a handler that ended its goroutine
+// there left r.mu locked, and every worker taking its next task, the
+// dispatcher and the Run's end waited for it with no bound (docs/faults.md
+// row 3820).
+type limitChange struct {
+	from, to, queued int
+	best             slog.Attr
+}
+
+// logLimits writes the lines of the changes of the limit waiting in
+// r.limitLines, first come first, each under no lock. Two workers that
+// changed the limit one after the other may both call it: each line is
+// taken once. The caller does not hold r.mu. Apart from the worker's
+// settle, whose frame is on every worker's stack, so that the lines'
+// attributes are not.
+//
+//go:noinline
+func (r *run) logLimits() {
+	for {
+		r.mu.Lock()
+		if len(r.limitLines) == 0 {
+			r.mu.Unlock()
+			return
+		}
+		ch := r.limitLines[0]
+		n := copy(r.limitLines, r.limitLines[1:])
+		r.limitLines = r.limitLines[:n]
+		r.mu.Unlock()
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: concurrency changed",
-			slog.Int("from", from), slog.Int("to", k), slog.Int("max_limit", r.cfg.maxLimit),
-			r.bestThroughput(), slog.Int("queued", r.queue.n),
+			slog.Int("from", ch.from), slog.Int("to", ch.to), slog.Int("max_limit", r.cfg.maxLimit),
+			ch.best, slog.Int("queued", ch.queued),
 			slog.String("time_left", fmtLeft(r.phaseEnd())))
 	}
 }

@@ -49,6 +49,9 @@ type run struct {
 
 	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
 	limit int
+	// limitLines are the changes of the limit whose lines are still to
+	// be written (logLimits); under mu.
+	limitLines []limitChange
 
 	rep     *Report
 	seen    idSet          // every ID listed, with the index of its entry

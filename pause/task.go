@@ -262,11 +262,14 @@ func (t *task) settle(ps *pass, res *result, worker bool, area0 float64) (bool, 
 	switch {
 	case r.adaptive:
 		r.mu.Lock()
-		r.endedLocked(t, e, res, area0)
+		changed := r.endedLocked(t, e, res, area0)
 		if worker {
 			next, nextArea0 = ps.popLocked(res.end)
 		}
 		r.mu.Unlock()
+		if changed { // its line written under no lock (limitChange)
+			r.logLimits()
+		}
 	case worker:
 		next = ps.take(res.end)
 	}
