@@ -76,10 +76,10 @@ func (r *run) unstartedLocked(u float64, now time.Time) {
 // the climber a sample when t was preserved at its first attempt (and is
 // no preserve again), and
 // applies the limit it returns; area0 is the in-flight integral when t started (startedLocked;
-// unused unless t was preserved). It reports whether it changed the limit
-// with a line to log, which the caller writes once it let r.mu go
-// (logLimits). The caller holds r.mu.
-func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) (logged bool) {
+// unused unless t was preserved). It returns the move of the limit it
+// made with a line to log (none: to is 0), which the caller writes once
+// it let r.mu go (logLimit). The caller holds r.mu.
+func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) limitMove {
 	u := r.units(e)
 	r.tick(res.end)
 	r.inflight--
@@ -91,7 +91,7 @@ func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) (logged
 	// internal/measured's, which the supervisor reads a Report's entries
 	// by to tell whether the Run measured a level (and Limit reports it).
 	if !measured.Sample(measured.Preserve{Preserved: res.outcome == Preserved, Attempts: int(t.attempts.Load()), Relisted: e.Relisted, Took: d}) {
-		return false
+		return limitMove{}
 	}
 	kbar := (r.area - area0) / float64(d)
 	est := float64(e.Estimate) // its own, or its size at the rate known when its pass was ordered
@@ -125,13 +125,12 @@ func (r *run) bindsLocked(now time.Time) bool {
 	return need > bindFrac*float64(end.Sub(now))
 }
 
-// setLimitLocked sets the limit to k and reports whether it changed it
-// with a line to log: what the line says, read under r.mu, waits in
-// r.limitLines for the caller to write it once it let r.mu go
-// (logLimits). The caller holds r.mu.
-func (r *run) setLimitLocked(k int) (logged bool) {
+// setLimitLocked sets the limit to k and returns the move, when it made
+// one with a line to log, for the caller to write once it let r.mu go
+// (logLimit). The caller holds r.mu.
+func (r *run) setLimitLocked(k int) limitMove {
 	if k == r.limit {
-		return false
+		return limitMove{}
 	}
 	from := r.limit
 	r.limit = k
@@ -140,48 +139,35 @@ func (r *run) setLimitLocked(k int) (logged bool) {
 		r.poke()
 	}
 	if !r.cfg.log.Enabled(r.ctx, slog.LevelInfo) {
-		return false
+		return limitMove{}
 	}
-	r.limitLines = append(r.limitLines, limitChange{from: from, to: k, best: r.bestThroughput(), queued: r.queue.n})
-	return true
+	return limitMove{from: int32(from), to: int32(k)}
 }
 
-// limitChange is a change of the limit to be logged: what its line says,
-// read under r.mu, where the line is written after it. The log handler is
-// the user's code, which may block, panic or end its goroutine
-// (runtime.Goexit): written under r.mu, a handler that ended its goroutine
-// there left r.mu locked, and every worker taking its next task, the
-// dispatcher and the Run's end waited for it with no bound (docs/faults.md
-// row 3820).
-type limitChange struct {
-	from, to, queued int
-	best             slog.Attr
-}
+// limitMove is a change of the limit to be logged, from and to, written
+// after r.mu is let go: the log handler is the user's code, which may
+// block, panic or end its goroutine (runtime.Goexit). Written under r.mu,
+// a handler that ended its goroutine there left r.mu locked, and every
+// worker taking its next task, the dispatcher and the Run's end waited
+// for it with no bound (docs/faults.md row 3820). Eight bytes: it is in
+// the frame of every worker's settle (TestAWorkerPreservesNoOpsOnItsFirstStack).
+type limitMove struct{ from, to int32 }
 
-// logLimits writes the lines of the changes of the limit waiting in
-// r.limitLines, first come first, each under no lock. Two workers that
-// changed the limit one after the other may both call it: each line is
-// taken once. The caller does not hold r.mu. Apart from the worker's
-// settle, whose frame is on every worker's stack, so that the lines'
-// attributes are not.
+// logLimit logs m, a change of the limit (setLimitLocked); the caller
+// does not hold r.mu. The best throughput and the sandboxes queued are
+// read under r.mu, as the line is written, the line itself under none.
+// Apart from the worker's settle, whose frame is on every worker's
+// stack, so that the line's attributes are not.
 //
 //go:noinline
-func (r *run) logLimits() {
-	for {
-		r.mu.Lock()
-		if len(r.limitLines) == 0 {
-			r.mu.Unlock()
-			return
-		}
-		ch := r.limitLines[0]
-		n := copy(r.limitLines, r.limitLines[1:])
-		r.limitLines = r.limitLines[:n]
-		r.mu.Unlock()
-		r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: concurrency changed",
-			slog.Int("from", ch.from), slog.Int("to", ch.to), slog.Int("max_limit", r.cfg.maxLimit),
-			ch.best, slog.Int("queued", ch.queued),
-			slog.String("time_left", fmtLeft(r.phaseEnd())))
-	}
+func (r *run) logLimit(m limitMove) {
+	r.mu.Lock()
+	best, queued := r.bestThroughput(), r.queue.n
+	r.mu.Unlock()
+	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: concurrency changed",
+		slog.Int("from", int(m.from)), slog.Int("to", int(m.to)), slog.Int("max_limit", r.cfg.maxLimit),
+		best, slog.Int("queued", queued),
+		slog.String("time_left", fmtLeft(r.phaseEnd())))
 }
 
 // bestThroughput is the best throughput measured, as a log attribute

@@ -49,9 +49,6 @@ type run struct {
 
 	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
 	limit int
-	// limitLines are the changes of the limit whose lines are still to
-	// be written (logLimits); under mu.
-	limitLines []limitChange
 
 	rep     *Report
 	seen    idSet          // every ID listed, with the index of its entry
@@ -146,6 +143,7 @@ const (
 	loggedClassifier uint32 = 1 << iota // Config.Permanent panicked
 	loggedHint                          // an error's RetryAt or WaitRetry panicked
 	wakePending                         // a poke sent a wake the Run goroutine has not taken (poke, woken)
+	loggedTelemetry                     // the Preserver's telemetry panicked or ended its goroutine as a sandbox settled (task.toldOff)
 )
 
 // firstLog reports whether the panic of kind was not logged yet in this

@@ -259,19 +259,47 @@ func (t *task) settle(ps *pass, res *result, worker bool, area0 float64) (bool, 
 	r.observe(e, res)
 	var next *task // taken before t counts as settled, so the pass stays open
 	var nextArea0 float64
+	var moved limitMove // of the limit, with a line to write
 	switch {
 	case r.adaptive:
 		r.mu.Lock()
-		changed := r.endedLocked(t, e, res, area0)
+		moved = r.endedLocked(t, e, res, area0)
 		if worker {
 			next, nextArea0 = ps.popLocked(res.end)
 		}
 		r.mu.Unlock()
-		if changed { // its line written under no lock (limitChange)
-			r.logLimits()
-		}
 	case worker:
 		next = ps.take(res.end)
+	}
+	t.tell(ps, x, e, res, worker, moved, next, nextArea0)
+	ps.settled() // last: the pass may end, and Run return, right after
+	return true, next, nextArea0
+}
+
+// tell accounts for t, a task of ps settled with res (its entry e, its
+// extra part x), in the Preserver's telemetry: the meter, its span, the
+// metrics and progress, its line, and the line of the change of the limit
+// it made (moved: logLimit, under no lock). Those call the user's code (the
+// MeterProvider's, the TracerProvider's, the log handler), which may panic
+// or end the goroutine (runtime.Goexit: t.FailNow in a test's handler),
+// with t done and next, the worker's next task (worker), taken. A panic
+// ends the process, and a Goexit left the pass's count, next and the
+// worker's slot unsettled: the Run waited for its hard deadline
+// (docs/faults.md row 3821). Both are recovered here, once for every
+// settle: said once in a Run at Error, with the stack (toldOff), and on a
+// Goexit the goroutine's work carried on by another (carriedOn).
+//
+//go:noinline
+func (t *task) tell(ps *pass, x *taskExtra, e *Entry, res *result, worker bool, moved limitMove, next *task, nextArea0 float64) {
+	r := ps.r
+	returned := false
+	defer func() {
+		if !returned {
+			t.toldOff(ps, e, res, worker, next, nextArea0, recover())
+		}
+	}()
+	if moved.to > 0 {
+		r.logLimit(moved)
 	}
 	r.p.tel.inflight.Add(r.ctx, -1)
 	endSpan(x, t, res)
@@ -281,8 +309,46 @@ func (t *task) settle(ps *pass, res *result, worker bool, area0 float64) (bool, 
 		r.recordAbandoned(t.ei, e, res)
 	}
 	t.log(r, e, res)
-	ps.settled() // last: the pass may end, and Run return, right after
-	return true, next, nextArea0
+	returned = true
+}
+
+// toldOff is tell's recover: v is what the user's code it called panicked
+// with, nil when it ended the goroutine (runtime.Goexit). On a Goexit,
+// which goes on once this returns, the goroutine's work is carried on
+// first (carriedOn), so that the line below, written by the same handler,
+// cannot leave it undone; on a panic, settle goes on as usual.
+func (t *task) toldOff(ps *pass, e *Entry, res *result, worker bool, next *task, nextArea0 float64, v any) {
+	stack := string(debug.Stack())
+	how := "ended its goroutine (runtime.Goexit)"
+	if v == nil || strings.Contains(stack, "\nruntime.Goexit(") {
+		t.carriedOn(ps, res, worker, next, nextArea0)
+	}
+	if v != nil {
+		how = fmt.Sprintf("panicked: %v", v)
+	}
+	r := ps.r
+	if !r.firstLog(loggedTelemetry) {
+		return
+	}
+	defer func() { _ = recover() }() // the same handler may panic again: said once, or not at all
+	r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: the Preserver's telemetry (the log handler, the TracerProvider or the MeterProvider) "+how+" as a sandbox settled; the sandbox is settled, and the Run goes on (said once a Run)",
+		slog.String("sandbox", e.ID), slog.String("outcome", string(res.outcome)), slog.String("stack", stack))
+}
+
+// carriedOn does what settle and its caller would have done after tell
+// for t, a task of ps settled with res, whose goroutine ends
+// (runtime.Goexit): it counts t settled, and a worker's next task and
+// slot go to a new goroutine (carryOn); an abandoning timer's
+// (not worker) gives the slot back as abandon would have.
+func (t *task) carriedOn(ps *pass, res *result, worker bool, next *task, nextArea0 float64) {
+	r := ps.r
+	if worker {
+		go r.carryOn(ps, res.end, next, nextArea0)
+	} else {
+		r.workerGone()
+		r.sem.Release(1)
+	}
+	ps.settled()
 }
 
 // observe feeds the Estimator and the rate of Sized sandboxes the time of
