@@ -67,7 +67,10 @@
 // error's RetryAt, Config.Permanent or Config.BackOff policy ends it; so is a panicking Lister, or one that ends its goroutine
 // (runtime.Goexit), whose listing is retried (with
 // the sandboxes it returned, when its error's Error or Unwrap panicked:
-// such an error is its panic, as it is a Preserve's). A
+// such an error is its panic, as it is a Preserve's). The log handler,
+// span or meter that panics or ends its goroutine as a sandbox settles
+// holds no Run: the sandbox stays settled, the next one and the slot go
+// on, and the Run says so once at Error, with the stack. A
 // typed nil error (a nil *T returned as an error) is a permanent failure:
 // the Preserve's sandbox Failed, the Lister's listing failed after the
 // sandboxes it gave; its methods, which would dereference the nil, are
