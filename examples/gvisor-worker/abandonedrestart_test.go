@@ -70,7 +70,7 @@ func TestWorkerRestartedDuringAnAbandonedCheckpointRestoresItsSandbox(t *testing
 		next = <-started
 	}
 	require.NotNil(t, next)
-	t.Cleanup(func() { next.close() })
+	t.Cleanup(func() { next.close(nil) })
 	assert.Contains(t, next.node.List(), sandbox.Info{ID: id, State: sandbox.Paused, TimeoutS: 86400},
 		"the new worker does not list the sandbox the abandoned checkpoint saved: %s", &logs)
 	saved, err := rs.Bundle(id).Counter()

@@ -121,7 +121,7 @@ func TestStartRemovesWhatACutReportWriteLeft(t *testing.T) {
 	var logs logbuf.Buffer
 	w, err := newWorker(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
-	defer w.close()
+	defer w.close(nil)
 	assert.NoFileExists(t, cut, "removed at start:\n%s", &logs)
 	assert.Contains(t, logs.String(), `msg="removed what a write cut short left`)
 	assert.FileExists(t, record, "a record's: reported, left for a person")

@@ -207,6 +207,10 @@ type stops struct {
 	// errs holds each escalation's error, one a sandbox: the escalations at the preserve
 	// phase's deadline and the escalate step's may both give up on the same checkpoint.
 	errs map[string]error
+	// saved holds, per sandbox, when a checkpoint of it last ended saving it: the exit's
+	// account of the sandboxes a checkpoint the drain abandoned saved after the Report
+	// (savedAfterDrain).
+	saved map[string]time.Time
 	// idle is closed, and dropped, when the last checkpoint in flight ends; nil while
 	// none is in flight or no one waits (whenIdle).
 	idle chan struct{}
@@ -283,6 +287,12 @@ func (s *stops) checkpointed(id string, failed bool) {
 	c := s.checkpointing[id]
 	c.n--
 	c.preserved = c.preserved || !failed
+	if !failed {
+		if s.saved == nil {
+			s.saved = map[string]time.Time{}
+		}
+		s.saved[id] = time.Now()
+	}
 	if c.n > 0 {
 		s.mu.Unlock()
 		return
@@ -319,6 +329,15 @@ func (s *stops) claim(id string, await func() func(failed bool)) claim {
 	}
 	s.signalled[id] = true
 	return claimed
+}
+
+// savedAt returns when a checkpoint of sandbox id last ended saving it, false when none
+// did.
+func (s *stops) savedAt(id string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.saved[id]
+	return at, ok
 }
 
 // inFlightOf returns how many checkpoints of sandbox id are in flight.
@@ -600,7 +619,7 @@ func newWorker(cfg config, logger *slog.Logger) (*Worker, error) {
 		startsig.KeepUntilExit()
 	}
 	if err := w.open(); err != nil {
-		w.close()
+		w.close(nil)
 		return nil, err
 	}
 	return w, nil
@@ -928,7 +947,11 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 	// spent the headroom left before SIGKILL (docs/faults.md row 365).
 	err := w.writeReport(rep, stopped)
 	w.learned.Save(rep, w.drainer.Budget(), w.steps) // for the next worker and drainkit plan
-	grpcStopped, left := w.close()
+	grpcStopped, left := w.close(func() {
+		if w.savedAfterDrain(rep) {
+			err = w.writeReport(rep, stopped)
+		}
+	})
 	if left != nil { // the pod's last state says why the exit status is 1, and when the worker exits
 		w.writeTerminationMessageExiting(rep, errors.Join(stopped, left), err)
 	}
@@ -982,13 +1005,15 @@ func (w *Worker) writeTerminationMessageWith(rep *drain.Report, verdict func(str
 }
 
 // close stops gRPC, waits for the checkpoints the drain abandoned (awaitAbandoned), then
-// stops the sandbox node's timeouts (closeNode), the learned rates, the state directory's lock and
+// calls waited (when not nil: the Report is to be written again while the state directory
+// is still this worker's), then stops the sandbox node's timeouts (closeNode), the learned
+// rates, the state directory's lock and
 // the signals (SIGTERM stays caught after that in Main's worker,
 // until the process exits: config.exits), and reports whether grpc's Stop returned: when it did
 // not (stopWait), Serve has not returned either and is not to be waited for. Its error
 // names the abandoned checkpoints, and the timeouts' deletes, still running when it
 // stopped waiting for them.
-func (w *Worker) close() (grpcStopped bool, left error) {
+func (w *Worker) close(waited func()) (grpcStopped bool, left error) {
 	defer w.signals.Stop()  // last: until the process exits, a SIGTERM must not end it half-way
 	defer w.lock.Release()  // it lets a worker waiting for the directory in
 	defer w.learned.Close() // a worker closed without its Save: the rates file's lock too
@@ -997,6 +1022,9 @@ func (w *Worker) close() (grpcStopped bool, left error) {
 		grpcStopped = w.stopGRPC()
 	}
 	left = w.awaitAbandoned()
+	if waited != nil {
+		waited()
+	}
 	if w.node != nil {
 		left = errors.Join(left, w.closeNode())
 	}
@@ -1028,6 +1056,50 @@ func (w *Worker) closeNode() error {
 		w.logger.Error("deletes of sandboxes whose timeout passed did not end before SIGKILL: exiting without them", "error", err)
 	}
 	return err
+}
+
+// savedAfterDrain corrects rep's account of the sandboxes whose checkpoint the preserve
+// phase abandoned at its hard deadline (timed_out: a started runsc checkpoint is never
+// cut) and that checkpoint then saved: after the Report was written, while the worker
+// waited for it (awaitAbandoned), or before a later Run of the phase listed the node, which
+// found it paused, not running, and left the first Run's entry. The sandbox is recorded
+// paused and the next worker restores it, where the Report counted it lost. Each such
+// entry becomes preserved, counted once, its End when the checkpoint ended and its Error
+// saying what it was and why it changed; the preserve phase's result stays, its error
+// naming them. It reports whether it changed rep: a drain where nothing was late has no
+// such entry, and its Report is not written again.
+func (w *Worker) savedAfterDrain(rep *drain.Report) bool {
+	if rep == nil || rep.Preserve == nil {
+		return false
+	}
+	var ids []string
+	for i := range rep.Preserve.Entries {
+		e := &rep.Preserve.Entries[i]
+		at, saved := w.stops.savedAt(e.ID)
+		if e.Outcome != pause.TimedOut || !saved || !at.After(e.Start) || !w.pausedHere(e.ID) {
+			continue
+		}
+		rep.Preserve.Counts[pause.TimedOut]--
+		if rep.Preserve.Counts[pause.TimedOut] == 0 {
+			delete(rep.Preserve.Counts, pause.TimedOut)
+		}
+		rep.Preserve.Counts[pause.Preserved]++
+		e.Outcome, e.End = pause.Preserved, at
+		if !e.Start.IsZero() {
+			e.Duration = at.Sub(e.Start)
+		}
+		e.Error = fmt.Sprintf("timed_out when the preserve phase ended (%s); its checkpoint, abandoned then, went on and saved it at %s: preserved, the entry changed at the worker's exit",
+			e.Error, at.UTC().Format(time.RFC3339Nano))
+		ids = append(ids, e.ID)
+	}
+	if len(ids) == 0 {
+		return false
+	}
+	if p := rep.Phase(drain.PhasePreserve); p != nil {
+		p.Error += fmt.Sprintf("; the checkpoints it abandoned went on and saved %v: preserved in the account at the worker's exit", ids)
+	}
+	w.logger.Info("sandboxes the Report said timed_out were saved by the checkpoints the drain abandoned, which went on: writing the Report again with them preserved", "ids", ids)
+	return true
 }
 
 // errBeforeKill ends what the worker waits for at its exit, abandonedExitLead before the

@@ -335,7 +335,7 @@ func TestStaleSocketOfAKilledWorkerIsReplaced(t *testing.T) {
 	require.NoError(t, ln.Close()) // the socket file stays, as a SIGKILL leaves it
 	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	w.close()
+	w.close(nil)
 }
 
 // A -grace too short for one checkpoint and the steps' reserves (the kubelet takes any
