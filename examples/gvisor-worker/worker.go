@@ -545,6 +545,7 @@ func (e checkpointEnd) result() error {
 
 // running is the Preserver's Lister: the node's running sandboxes, held.
 func (w *Worker) running(ctx context.Context) ([]pause.Sandbox, error) {
+	listHook()
 	sbs, err := w.node.Running(ctx)
 	for i, sb := range sbs {
 		sbs[i] = held{Sandbox: sb, w: w}
@@ -602,6 +603,9 @@ var startingHook = func() {}
 
 // serveHook is a test's: it holds serve's goroutine before it calls Serve.
 var serveHook = func(*Worker) {}
+
+// listHook is a test's: it holds the Preserver's listing before it reads the node.
+var listHook = func() {}
 
 // reportFile is the file in the state directory that the shutdown Report is written to.
 const reportFile = "last-shutdown.json"
