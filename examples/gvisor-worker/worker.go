@@ -1068,8 +1068,8 @@ func (w *Worker) closeNode() error {
 // waited for it (awaitAbandoned), or before a later Run of the phase listed the node, which
 // found it paused, not running, and left the first Run's entry. The sandbox is recorded
 // paused and the next worker restores it, where the Report counted it lost. Each such
-// entry becomes preserved, counted once, its End when the checkpoint ended and its Error
-// saying what it was and why it changed; the preserve phase's result stays, its error
+// entry becomes preserved, counted once, its End and Duration those of the wait for it,
+// its Error saying what it was, when the checkpoint saved it and why it changed; the preserve phase's result stays, its error
 // naming them. It reports whether it changed rep: a drain where nothing was late has no
 // such entry, and its Report is not written again.
 func (w *Worker) savedAfterDrain(rep *drain.Report) bool {
@@ -1088,10 +1088,7 @@ func (w *Worker) savedAfterDrain(rep *drain.Report) bool {
 			delete(rep.Preserve.Counts, pause.TimedOut)
 		}
 		rep.Preserve.Counts[pause.Preserved]++
-		e.Outcome, e.End = pause.Preserved, at
-		if !e.Start.IsZero() {
-			e.Duration = at.Sub(e.Start)
-		}
+		e.Outcome = pause.Preserved // End and Duration stay the preserve's as it was waited for
 		e.Error = fmt.Sprintf("timed_out when the preserve phase ended (%s); its checkpoint, abandoned then, went on and saved it at %s: preserved, the entry changed at the worker's exit",
 			e.Error, at.UTC().Format(time.RFC3339Nano))
 		ids = append(ids, e.ID)
