@@ -45,6 +45,7 @@ func TestStopOfAnIdleServerReturnsWithGracefulStopWhileLearningTheKeyIsHeld(t *t
 	b := serve(t, g, "tcp")
 	t.Cleanup(func() { close(collector.release) })
 	startLearning(t.Context()) // as the process's first RPC through draingrpc's interceptors does
+	collector.awaitBegun(t)    // the learning is held before either Stop runs
 
 	returnsWithGracefulStop(t, a, g, "the first Stop, while the learning is held")
 	returnsWithGracefulStop(t, b, g, "a Stop of another server while the learning is held")
