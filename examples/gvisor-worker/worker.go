@@ -245,6 +245,20 @@ func (s *stops) cutEarly() {
 type checkpoints struct {
 	n         int
 	preserved bool
+	// waiting counts those of the n that have returned from their sandbox's Preserve
+	// and wait for the others to record how they ended (preservedByOthers).
+	waiting int
+	// changed is closed, and dropped, when one of the n ends or begins to wait; nil while
+	// no one waits.
+	changed chan struct{}
+}
+
+// wake tells whoever waits in preservedByOthers that c changed. s.mu is held.
+func (c *checkpoints) wake() {
+	if c.changed != nil {
+		close(c.changed)
+		c.changed = nil
+	}
 }
 
 // checkpoint marks a checkpoint of sandbox id in flight, unless it is signalled: began,
@@ -268,14 +282,37 @@ func (s *stops) checkpoint(id string) (began, joined bool) {
 	return true, c.n > 1
 }
 
-// preservedSince reports whether a checkpoint of sandbox id that ended since the first
-// of those in flight began preserved it; a caller's own checkpoint in flight keeps that
-// account.
-func (s *stops) preservedSince(id string) bool {
+// preservedByOthers reports whether a checkpoint of sandbox id that ended since the first
+// of those in flight began preserved it, asked once every other checkpoint of it in flight
+// has recorded how it ended, or has returned from the sandbox's Preserve and waits here
+// too; when ctx ends first, what is recorded then. The caller's own checkpoint in flight
+// keeps the account. A checkpoint that left the sandbox paused wakes the ones waiting for
+// that (sandbox.Node.AwaitSettled) before its Preserve returns and it is recorded here:
+// asked at once, the one that woke read the save as not yet made (row 3860). A waiter is
+// never waited for: two would wait for each other.
+func (s *stops) preservedByOthers(ctx context.Context, id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.checkpointing[id]
-	return c != nil && c.preserved
+	c.waiting++
+	defer func() { c.waiting-- }()
+	c.wake()
+	for !c.preserved && c.n > c.waiting {
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		changed := c.changed
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		if ctx.Err() != nil {
+			return c.preserved
+		}
+	}
+	return c.preserved
 }
 
 // checkpointed marks a checkpoint of sandbox id over, failed or not. Once it was the last
@@ -287,6 +324,7 @@ func (s *stops) checkpointed(id string, failed bool) {
 	c := s.checkpointing[id]
 	c.n--
 	c.preserved = c.preserved || !failed
+	c.wake()
 	if !failed {
 		if s.saved == nil {
 			s.saved = map[string]time.Time{}
@@ -475,7 +513,9 @@ func (h held) Preserve(ctx context.Context) error {
 			h.w.stops.checkpointed(h.ID(), end.err != nil)
 			ended <- end
 		}()
-		end.err = h.preservedLate(joined, h.Sandbox.Preserve(ctx))
+		err := h.Sandbox.Preserve(ctx)
+		preserveReturnedHook(joined)
+		end.err = h.preservedLate(ctx, joined, err)
 	}()
 	select {
 	case end := <-ended:
@@ -517,8 +557,8 @@ func (h held) Preserve(ctx context.Context) error {
 // sandbox that had died, when the drain's own checkpoint had preserved it, late. Its
 // entry, the one of a later Run the drain merges over the abandoned one's, says
 // preserved, counted once.
-func (h held) preservedLate(joined bool, err error) error {
-	if !joined || !errors.Is(err, pause.ErrGone) || !h.w.stops.preservedSince(h.ID()) {
+func (h held) preservedLate(ctx context.Context, joined bool, err error) error {
+	if !joined || !errors.Is(err, pause.ErrGone) || !h.w.stops.preservedByOthers(ctx, h.ID()) {
 		return err
 	}
 	h.w.logger.Info("sandbox preserved by the checkpoint the drain abandoned earlier, which ended while a later one waited for it",
@@ -603,6 +643,10 @@ var startingHook = func() {}
 
 // serveHook is a test's: it holds serve's goroutine before it calls Serve.
 var serveHook = func(*Worker) {}
+
+// preserveReturnedHook is a test's: it holds a checkpoint once its sandbox's Preserve has
+// returned, before it is recorded; joined as stops.checkpoint said.
+var preserveReturnedHook = func(joined bool) {}
 
 // listHook is a test's: it holds the Preserver's listing before it reads the node.
 var listHook = func() {}
