@@ -39,7 +39,7 @@ func TestCheckpointHeldPastTheEscalateStepIsNamedWithWhy(t *testing.T) {
 	hard, stepEnd := plan[0].Hard, plan[1].Deadline
 	require.True(t, hard.After(stepEnd), "the Preserver's hard deadline is not after the escalate step's")
 	time.Sleep(time.Until(hard.Add(200 * time.Millisecond)))
-	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
+	d.release("hold", id)
 	rep := <-ended
 	require.Eventually(t, func() bool { return len(w.stops.inFlight()) == 0 }, 20*time.Second, 10*time.Millisecond,
 		"the checkpoint did not end")

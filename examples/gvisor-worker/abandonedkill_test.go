@@ -36,13 +36,7 @@ func TestWorkerHeldByACheckpointThatNeverEndsEndsBeforeSIGKILLNamingIt(t *testin
 	cfg.Grace = earlyGrace
 	cfg.Concurrency = 1
 	cfg.TerminationLog = filepath.Join(t.TempDir(), "termination-log")
-	w, _, stop, d, ids := slowWorker(t, cfg, 1)
-	id := ids[0]
-	d.mark("hold", id, "")
-	t.Cleanup(func() { os.Remove(filepath.Join(d.dir, "hold-"+id)) })
-	ended := make(chan *drain.Report, 1)
-	go func() { ended <- stop() }() // as SIGTERM would
-	awaitReport(t, w)
+	w, _, id, ended := drainHeldCheckpoint(t, cfg)
 	kill := w.drainer.Budget().Kill()
 
 	var report *drain.Report

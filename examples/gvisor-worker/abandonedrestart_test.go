@@ -62,7 +62,7 @@ func TestWorkerRestartedDuringAnAbandonedCheckpointRestoresItsSandbox(t *testing
 	}, 30*time.Second, 10*time.Millisecond, "the new worker neither waits nor starts: %s", &logs)
 	assert.True(t, next == nil, "the new worker took the directory while the old one's checkpoint ran: %s", &logs)
 
-	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
+	d.release("hold", id)
 	rep := <-ended
 	require.Len(t, rep.Preserve.Entries, 1)
 	assert.Contains(t, rep.Preserve.Entries[0].Error, "timed_out when the preserve phase ended", "the drain abandoned the checkpoint")

@@ -179,6 +179,29 @@ func (d runscDir) preservedUnsignalled(rep *drain.Report, id string, first time.
 	assert.Equal(t, drain.OK, pre.Result, pre.Error)
 }
 
+// drainHeldCheckpoint starts the drain of a worker of cfg's with one sandbox whose
+// checkpoint is held (slowRunsc's hold mark, removed at the test's end), as SIGTERM
+// would, and waits for the drain's Report to be written: the checkpoint abandoned at the
+// hard deadline, the worker still holding its state directory for it. ended receives
+// what stop returns; removing the mark (d.release) lets the checkpoint end.
+func drainHeldCheckpoint(t *testing.T, cfg config) (w *Worker, d runscDir, id string, ended <-chan *drain.Report) {
+	t.Helper()
+	w, _, stop, d, ids := slowWorker(t, cfg, 1)
+	id = ids[0]
+	d.mark("hold", id, "")
+	t.Cleanup(func() { os.Remove(filepath.Join(d.dir, "hold-"+id)) })
+	reports := make(chan *drain.Report, 1)
+	go func() { reports <- stop() }() // as SIGTERM would
+	awaitReport(t, w)
+	return w, d, id, reports
+}
+
+// release removes the mark name-id: a call mark held goes on.
+func (d runscDir) release(name, id string) {
+	d.t.Helper()
+	require.NoError(d.t, os.Remove(filepath.Join(d.dir, name+"-"+id)))
+}
+
 // mark writes the file name-id holding content, which makes slowRunsc's calls on
 // sandbox id slow ("slow", "aftersignal"), hold ("hold"), fail ("fail", "once"; after a
 // hold, once it is removed) or not reach it ("deaf").
@@ -276,7 +299,7 @@ func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T)
 		defer w.stops.mu.Unlock()
 		return len(w.stops.after[late]) > 0
 	}, 30*time.Second, 5*time.Millisecond, "no escalation waits for the late checkpoint")
-	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+late)))
+	d.release("hold", late)
 	rep := <-ended
 
 	lines := d.calls(rep.Start)
@@ -368,7 +391,7 @@ func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
 	require.True(t, w.drainer.Budget().OnRestart(time.Now(), cfg.Grace), "SIGKILL did not move")
 	time.Sleep(time.Until(first.Add(300 * time.Millisecond)))
 	for _, id := range ids {
-		require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
+		d.release("hold", id)
 	}
 	rep := <-ended
 
@@ -408,17 +431,10 @@ func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
 func TestCheckpointThatOutlivesTheEscalateStepIsNamedNotWaitedFor(t *testing.T) {
 	cfg := runscConfig(t)
 	cfg.Grace = earlyGrace
-	w, _, stop, d, ids := slowWorker(t, cfg, 1)
-	id := ids[0]
-	d.mark("hold", id, "")
-	t.Cleanup(func() { os.Remove(filepath.Join(d.dir, "hold-"+id)) })
-
-	ended := make(chan *drain.Report, 1)
-	go func() { ended <- stop() }() // as SIGTERM would
 	// The worker holds its state directory until the checkpoint ends (row 3221): it ends
 	// once the drain is over.
-	awaitReport(t, w)
-	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
+	_, d, id, ended := drainHeldCheckpoint(t, cfg)
+	d.release("hold", id)
 	rep := <-ended
 	d.calls(rep.Start)
 	esc := rep.Phase("escalate")
@@ -492,7 +508,7 @@ func TestCheckpointOfTheNextRunIsNotSignalledWhenTheAbandonedOneFails(t *testing
 	require.Eventually(t, awaited, 20*time.Second, 10*time.Millisecond, "no escalation waited for the checkpoint in flight")
 	t.Logf("the escalation at the second Run's deadline waits for the checkpoint; it fails at +%v",
 		time.Since(w.drainer.Budget().Start()).Round(time.Millisecond))
-	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
+	d.release("hold", id)
 	rep := <-ended
 
 	// The second Run's checkpoint may outlive the Run (the Preserver does not wait for it

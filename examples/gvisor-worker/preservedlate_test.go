@@ -38,7 +38,7 @@ func TestSandboxTheDrainsAbandonedCheckpointSavedIsPreserved(t *testing.T) {
 	require.True(t, w.drainer.Budget().OnRestart(time.Now(), earlyGrace), "SIGKILL did not move")
 	require.Eventually(t, func() bool { return w.stops.inFlightOf(id) == 2 }, 20*time.Second, 10*time.Millisecond,
 		"no second checkpoint of the sandbox began beside the abandoned one")
-	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
+	d.release("hold", id)
 	rep := <-ended
 
 	pre := preservePhase(t, rep, first)
@@ -87,7 +87,7 @@ func TestSandboxTheDrainsAbandonedCheckpointSavedIsPreservedThoughItsSaveIsRecor
 	require.True(t, w.drainer.Budget().OnRestart(time.Now(), earlyGrace), "SIGKILL did not move")
 	require.Eventually(t, func() bool { return w.stops.inFlightOf(id) == 2 }, 20*time.Second, 10*time.Millisecond,
 		"no second checkpoint of the sandbox began beside the abandoned one")
-	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
+	d.release("hold", id)
 	rep := <-ended
 
 	require.NotNil(t, rep.Preserve)

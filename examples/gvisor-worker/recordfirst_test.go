@@ -3,7 +3,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -48,5 +47,5 @@ func TestSandboxSavedIsRecordedWithoutWaitingToSeeItStop(t *testing.T) {
 	require.Len(t, recs, 1, "the record, by the drain's end")
 	assert.Equal(t, id, recs[0].ID)
 	assert.FileExists(t, filepath.Join(w.rt.(*sandbox.Runsc).Image(id), "checkpoint.img"))
-	require.NoError(t, os.Remove(filepath.Join(d.dir, "staysrunning-"+id)))
+	d.release("staysrunning", id)
 }

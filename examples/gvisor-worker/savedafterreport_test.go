@@ -35,19 +35,13 @@ func TestSandboxAnAbandonedCheckpointSavedAtTheWorkersExitIsPreservedInTheReport
 	cfg.Grace = earlyGrace
 	cfg.Concurrency = 1
 	cfg.TerminationLog = filepath.Join(t.TempDir(), "termination-log")
-	w, _, stop, d, ids := slowWorker(t, cfg, 1)
-	id := ids[0]
-	d.mark("hold", id, "")
-	t.Cleanup(func() { os.Remove(filepath.Join(d.dir, "hold-"+id)) })
-	ended := make(chan *drain.Report, 1)
-	go func() { ended <- stop() }() // as SIGTERM would
-	awaitReport(t, w)
+	w, d, id, ended := drainHeldCheckpoint(t, cfg)
 	written := readReport(t, w)
 	require.NotNil(t, written.Preserve)
 	require.Len(t, written.Preserve.Entries, 1)
 	t.Logf("Report at the drain's end: %s %q", written.Preserve.Entries[0].Outcome, written.Preserve.Entries[0].Error)
 	require.Equal(t, pause.TimedOut, written.Preserve.Entries[0].Outcome, "the checkpoint was not abandoned at the hard deadline")
-	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id))) // the checkpoint ends, saving the sandbox
+	d.release("hold", id) // the checkpoint ends, saving the sandbox
 	rep := <-ended
 	assert.True(t, w.pausedHere(id), "the checkpoint did not save the sandbox")
 
