@@ -747,14 +747,7 @@ func TestPreserveContextDeadlineFollowsTighten(t *testing.T) {
 				t0 := time.Now()
 				a := &deadlineProbe{id: "A", t0: t0, hold: 6 * time.Second}
 				b := &deadlineProbe{id: "B", t0: t0}
-				listed := false
-				p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-					if listed {
-						return nil, nil
-					}
-					listed = true
-					return []pause.Sandbox{a, b}, nil
-				}), tc.cfg)
+				p, err := pause.New(listOnce(a, b), tc.cfg)
 				require.NoError(t, err)
 				tightenAt(t, p, 5*time.Second, 15*time.Second)
 				rep, took := runFor(t, p, 60*time.Second, 75*time.Second)

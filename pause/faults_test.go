@@ -534,15 +534,8 @@ func TestAPreserveThatEndsItsGoroutineFailsItsSandbox(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				a := &fakesandbox.Sandbox{Name: "a", Latency: time.Second}
 				c := &fakesandbox.Sandbox{Name: "c", Latency: time.Second}
-				listed := false
 				var logs logbuf.Buffer
-				p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-					if listed {
-						return nil, nil
-					}
-					listed = true
-					return []pause.Sandbox{a, exits{how}, c}, nil
-				}), pause.Config{Limit: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+				p, err := pause.New(listOnce(a, exits{how}, c), pause.Config{Limit: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 				require.NoError(t, err)
 				rep, took := runFor(t, p, time.Minute, 70*time.Second)
 				assert.Equal(t, 3*time.Second, took)

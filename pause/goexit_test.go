@@ -71,15 +71,8 @@ func TestUserCodeAWorkerCallsAfterAPreserveThatEndsItsGoroutineFailsItsSandbox(t
 			synctest.Test(t, func(t *testing.T) {
 				a := &fakesandbox.Sandbox{Name: "a", Latency: time.Second}
 				c := &fakesandbox.Sandbox{Name: "c", Latency: time.Second}
-				listed := false
 				var logs logbuf.Buffer
-				p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-					if listed {
-						return nil, nil
-					}
-					listed = true
-					return []pause.Sandbox{a, failsOnce{tc.err}, c}, nil
-				}), pause.Config{Limit: 1, Permanent: tc.permanent, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+				p, err := pause.New(listOnce(a, failsOnce{tc.err}, c), pause.Config{Limit: 1, Permanent: tc.permanent, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 				require.NoError(t, err)
 				rep, took := runFor(t, p, time.Minute, 70*time.Second)
 				assert.Equal(t, 3*time.Second, took)
@@ -110,14 +103,7 @@ func TestASandboxFailedAsItsRetryWasWaitedForIsNotRetrying(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs logbuf.Buffer
 		long := &fakesandbox.Sandbox{Name: "long", Latency: 3 * time.Minute} // keeps the Run, and its lines, past a minute
-		listed := false
-		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-			if listed {
-				return nil, nil
-			}
-			listed = true
-			return []pause.Sandbox{failsOnce{errAsksWhenToRetry{exit: true}}, long}, nil
-		}), pause.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ProgressInterval: time.Minute})
+		p, err := pause.New(listOnce(failsOnce{errAsksWhenToRetry{exit: true}}, long), pause.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ProgressInterval: time.Minute})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, 3*time.Minute, 4*time.Minute)
 		assert.Equal(t, pause.Failed, entry(t, rep, "fails").Outcome)

@@ -87,14 +87,7 @@ func TestALogHandlerThatEndsAWorkerAsASandboxSettlesHoldsNoRun(t *testing.T) {
 				a := &fakesandbox.Sandbox{Name: "a", Latency: time.Second}
 				b := &fakesandbox.Sandbox{Name: "b", Latency: time.Second}
 				c := &fakesandbox.Sandbox{Name: "c", Latency: time.Second}
-				listed := false
-				p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-					if listed {
-						return nil, nil
-					}
-					listed = true
-					return []pause.Sandbox{a, b, c}, nil
-				}), pause.Config{Limit: 1, Logger: slog.New(h)})
+				p, err := pause.New(listOnce(a, b, c), pause.Config{Limit: 1, Logger: slog.New(h)})
 				require.NoError(t, err)
 				rep, took := runFor(t, p, time.Minute, 70*time.Second)
 				t.Logf("Run back after %v, %v", took, rep.Counts)

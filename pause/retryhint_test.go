@@ -64,15 +64,16 @@ func listAfter(n int, err func() error) (pause.Lister, *[]time.Time) {
 	}), &at
 }
 
-// listOnce lists sb, then nothing.
-func listOnce(sb pause.Sandbox) pause.Lister {
+// listOnce lists sbs, then nothing: a node whose sandboxes are all preserved
+// by the first pass.
+func listOnce(sbs ...pause.Sandbox) pause.Lister {
 	listed := false
 	return pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
 		if listed {
 			return nil, nil
 		}
 		listed = true
-		return []pause.Sandbox{sb}, nil
+		return sbs, nil
 	})
 }
 
