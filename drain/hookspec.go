@@ -139,13 +139,7 @@ func judgePreStop(pod podhooks.Pod, c podhooks.Container, site hookSite) hookVer
 func noPreStop(site hookSite) hookVerdict {
 	return hookVerdict{level: slog.LevelInfo,
 		msg:    "drain: the container has no preStop hook: the drain starts at SIGTERM, with no preStop wait, its gate closing then",
-		change: []string{"for the wait, give it lifecycle.preStop.httpGet {path: " + hookPath + ", port: " + hookPort(site) + "} or exec {command: [/drainhook]}"}}
-}
-
-// hookPort is the port of site's hook, as a manifest writes it.
-func hookPort(site hookSite) string {
-	_, port, _ := net.SplitHostPort(site.hook)
-	return port
+		change: []string{"for the wait, give it lifecycle.preStop.httpGet {path: " + hookPath + ", port: " + portOf(site.hook) + "} or exec {command: [/drainhook]}"}}
 }
 
 // judgeExec is the verdict on an exec hook whose command is cmd: one that
@@ -168,7 +162,7 @@ func judgeExec(cmd []string, site hookSite) hookVerdict {
 			return hookVerdict{level: slog.LevelInfo, msg: "drain: the preStop hook runs drainhook, which calls GET " + hookPath + " at " + EnvHookListen + ": the drain starts at its call"}
 		}
 	}
-	if strings.Contains(line, hookPath) && strings.Contains(line, ":"+hookPort(site)) {
+	if strings.Contains(line, hookPath) && strings.Contains(line, ":"+portOf(site.hook)) {
 		return hookVerdict{level: slog.LevelInfo, msg: "drain: the preStop exec hook names GET " + hookPath + " at the hook's port: the drain starts at its call, if the command makes it"}
 	}
 	return hookVerdict{level: slog.LevelWarn,
@@ -176,7 +170,7 @@ func judgeExec(cmd []string, site hookSite) hookVerdict {
 			"with no preStop wait, its gate closing only then; the kubelet waits for the command first, up to the whole grace "+
 			"(one that waits for the sandboxes to end leaves SIGTERM 2 s before SIGKILL), and the budget learns of that time only from the pod's deletionTimestamp",
 			line, hookPath, EnvHookListen),
-		change: []string{"give it exec {command: [/drainhook]} (drain/cmd/drainhook), or an httpGet {path: " + hookPath + ", port: " + hookPort(site) + "}"}}
+		change: []string{"give it exec {command: [/drainhook]} (drain/cmd/drainhook), or an httpGet {path: " + hookPath + ", port: " + portOf(site.hook) + "}"}}
 }
 
 // drainhookURL is the -url (or --url) among args, drainhook's, and
@@ -325,17 +319,17 @@ func requestPath(p string) string {
 // portMiss says why port is not the hook's, "" when it is.
 func portMiss(port int, site hookSite) string {
 	p := strconv.Itoa(port)
-	if listenaddr.SamePort(":"+p, ":"+hookPort(site)) {
+	if listenaddr.SamePort(":"+p, ":"+portOf(site.hook)) {
 		return ""
 	}
 	if listenaddr.SamePort(":"+p, ":"+portOf(site.srv)) {
 		return "its port " + p + " is the server's own (srv.Addr, " + site.srv + "), whose handler serves no GET " + hookPath +
 			": its answer, 404, is for the kubelet the hook's end, with no event"
 	}
-	return "its port " + p + " is not the hook's, " + hookPort(site) + ": nothing of the server's answers there (a refused connection: FailedPreStopHook, SIGTERM at once)"
+	return "its port " + p + " is not the hook's, " + portOf(site.hook) + ": nothing of the server's answers there (a refused connection: FailedPreStopHook, SIGTERM at once)"
 }
 
-// portOf is addr's port.
+// portOf is addr's port, as a manifest writes it.
 func portOf(addr string) string {
 	_, port, _ := net.SplitHostPort(addr)
 	return port
