@@ -5,9 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"time"
 )
 
@@ -18,25 +16,15 @@ import (
 // image. A client is a live process whose arguments hold --root=Root and checkpoint, and
 // end with id; a wrapper that runs runsc with those arguments counts as one.
 func (r *Runtime) CheckpointClients(id string) []int {
-	entries, _ := os.ReadDir("/proc")
 	root := []byte("--root=" + r.Root)
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
+	return processesWhose(func(pid int, cmdline []byte) bool {
+		if pid == os.Getpid() {
+			return false
 		}
 		args := bytes.Split(bytes.TrimRight(cmdline, "\x00"), []byte{0})
-		if len(args) > 2 && string(args[len(args)-1]) == id && slices.ContainsFunc(args, func(a []byte) bool { return bytes.Equal(a, root) }) &&
-			slices.ContainsFunc(args, func(a []byte) bool { return string(a) == "checkpoint" }) && !zombie(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+		return len(args) > 2 && string(args[len(args)-1]) == id && slices.ContainsFunc(args, func(a []byte) bool { return bytes.Equal(a, root) }) &&
+			slices.ContainsFunc(args, func(a []byte) bool { return string(a) == "checkpoint" }) && !zombie(pid)
+	})
 }
 
 // AwaitCheckpointClients waits until no checkpoint client of container id runs

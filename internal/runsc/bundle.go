@@ -70,6 +70,16 @@ func (b Bundle) Counts() ([]int, error) {
 // what a container of that bundle runs, whether runsc's state knows it or
 // not (a restore whose client was killed leaves them with no container).
 func SandboxProcesses(dir string) []int {
+	return processesWhose(func(_ int, cmd []byte) bool {
+		return (bytes.HasPrefix(cmd, []byte("runsc-sandbox\x00")) || bytes.HasPrefix(cmd, []byte("runsc-gofer\x00"))) &&
+			bytes.Contains(cmd, []byte(dir))
+	})
+}
+
+// processesWhose returns the PIDs of the processes in /proc whose command line
+// (NUL-separated, as /proc/PID/cmdline holds it) match takes; a process that ends
+// while it is read is left out.
+func processesWhose(match func(pid int, cmdline []byte) bool) []int {
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -81,8 +91,7 @@ func SandboxProcesses(dir string) []int {
 		if err != nil {
 			continue
 		}
-		if (bytes.HasPrefix(cmd, []byte("runsc-sandbox\x00")) || bytes.HasPrefix(cmd, []byte("runsc-gofer\x00"))) &&
-			bytes.Contains(cmd, []byte(dir)) {
+		if match(pid, cmd) {
 			pids = append(pids, pid)
 		}
 	}
